@@ -1,0 +1,103 @@
+"""Decode family: a vLLM `/v1/completions` body (bytes) into numpy buffers.
+
+Contract: `registry.create("decode", name).decode(body, *, prompt_tokens=None,
+topk_prompt_logprobs=0) -> Completion`. The reference (`json`) defines the semantics (see
+DESIGN.md, decode); every other decoder returns exactly the same arrays or raises
+`DecodeError`, and no other exception escapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as _Seq
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+from impl._table import Entry
+
+StopReason = Literal["stop", "length"]
+
+#: Padding of a top-k prompt-logprob row past its last entry, and of a null position.
+TOPK_PAD_TOKEN = 0
+TOPK_PAD_LOGPROB = -99999.0
+
+
+class DecodeError(ValueError):
+    """The body is not a vLLM completion body of the expected shape."""
+
+
+def decode_error(what: str, body: bytes | memoryview | str) -> DecodeError:
+    """A `DecodeError` that says what was wrong and quotes at most 200 bytes of the body."""
+    raw = body.encode("utf-8", "replace") if isinstance(body, str) else bytes(body[:201])
+    quoted = raw[:200].decode("utf-8", "replace")
+    more = "…" if len(raw) > 200 else ""
+    return DecodeError(f"{what}; body starts {quoted!r}{more}")
+
+
+@dataclass(frozen=True, eq=False)
+class TopK:
+    """Top-k prompt logprobs: row i holds ranks 1..k of prompt position i."""
+
+    token_ids: np.ndarray  # int32 [n, k]
+    logprobs: np.ndarray  # float32 [n, k]
+
+
+@dataclass(frozen=True, eq=False)
+class Sequence:
+    """One generated sequence (one element of `choices`)."""
+
+    tokens: np.ndarray  # int32, 1-D
+    logprobs: np.ndarray  # float32, same length
+    stop_reason: StopReason
+
+
+@dataclass(frozen=True, eq=False)
+class Completion:
+    """A decoded completion body: what the server turns into one SampleResponse."""
+
+    sequences: list[Sequence]
+    prompt_logprobs: np.ndarray | None = None  # float32, NaN where undefined
+    topk_prompt_logprobs: TopK | None = None
+
+
+class Decoder(Protocol):
+    def decode(
+        self,
+        body: bytes,
+        *,
+        prompt_tokens: _Seq[int] | None = None,
+        topk_prompt_logprobs: int = 0,
+    ) -> Completion: ...
+
+
+REFERENCE = "json"
+
+IMPLEMENTATIONS: tuple[Entry, ...] = (
+    Entry("json", "impl.decode.json", "stdlib json + numpy; the reference, written for clarity"),
+    Entry("orjson", "impl.decode.orjson", "orjson.loads + numpy", ("orjson",), "fast"),
+    Entry("ujson", "impl.decode.ujson", "ujson.loads + numpy", ("ujson",), "fast"),
+    Entry(
+        "msgspec",
+        "impl.decode.msgspec",
+        "typed msgspec.Struct decoding of only the needed fields",
+        ("msgspec",),
+        "fast",
+    ),
+    Entry(
+        "fromstring",
+        "impl.decode.fromstring",
+        "numeric arrays located in the raw bytes and parsed by numpy; full-parse fallback",
+    ),
+    Entry(
+        "simdjson",
+        "impl.decode.simdjson",
+        "pysimdjson; numeric arrays taken as buffers",
+        ("simdjson",),
+        "fast",
+    ),
+    Entry("auto", "impl.decode.auto", "per body size, the decoder measured fastest here"),
+)
+
+#: Fixed preference order when nothing was measured on this machine (fastest first).
+PREFERENCE = ("simdjson", "fromstring", "msgspec", "orjson", "ujson", "json")

@@ -1,0 +1,60 @@
+"""Pool family: the async HTTP client that forwards each sample to the vLLM router.
+
+Contract: `registry.create("pool", name, max_connections=..., connect_timeout=60.0,
+read_timeout=2048.0)` gives a `Forwarder`: `await post(url, body, headers) -> Reply`,
+`await aclose()`. Connect-phase failures raise `ConnectError`, failures after the request was
+sent raise `ReadError`; no total deadline; Happy Eyeballs off where the library has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from impl._table import Entry
+
+
+class ForwardError(Exception):
+    """The upstream could not be reached or did not answer completely."""
+
+
+class ConnectError(ForwardError):
+    """Failed before the request was sent (refused, unreachable, connect timeout): safe to retry."""
+
+
+class ReadError(ForwardError):
+    """Failed after the request was sent (reset, closed mid-body, read timeout): not retried."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes
+    content_type: str
+
+
+class Forwarder(Protocol):
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply: ...
+
+    async def aclose(self) -> None: ...
+
+
+REFERENCE = "httpx"
+
+IMPLEMENTATIONS: tuple[Entry, ...] = (
+    Entry("httpx", "impl.pool.httpx", "httpx.AsyncClient; the reference", ("httpx",), "pool"),
+    Entry("aiohttp", "impl.pool.aiohttp", "aiohttp TCPConnector", ("aiohttp",), "pool"),
+    Entry("httpx2", "impl.pool.httpx2", "httpx2, the maintained httpx fork", ("httpx2",), "pool"),
+    Entry(
+        "httpx-aiohttp",
+        "impl.pool.httpx_aiohttp",
+        "httpx API over the aiohttp transport",
+        ("httpx", "httpx_aiohttp"),
+        "pool",
+    ),
+    Entry("pyqwest", "impl.pool.pyqwest", "pyqwest (Rust reqwest)", ("pyqwest",), "pool"),
+    Entry("pyreqwest", "impl.pool.pyreqwest", "pyreqwest (Rust reqwest)", ("pyreqwest",), "pool"),
+)
+
+PREFERENCE = ("aiohttp", "pyqwest", "pyreqwest", "httpx-aiohttp", "httpx2", "httpx")
