@@ -28,7 +28,36 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check impl benchmarks tests profiles
 
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -Iimpl/encode --python_out=impl/encode --pyi_out=impl/encode impl/encode/sample.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. impl/encode/sample.proto
 
 clean:
 	rm -rf $(VENV) .asv .benchmarks .pytest_cache
+
+# asv across commits, the pytest-benchmark quick loop, the CI regression gate (README: Benchmarks).
+ASV := $(BIN)/python -m asv
+ASV_MACHINE ?= hotpath-ci
+N ?= 20
+.PHONY: asv asv-history dashboard perf gate
+
+asv: $(STAMP)
+	$(ASV) machine --yes --machine $(ASV_MACHINE)
+	$(ASV) run --machine $(ASV_MACHINE) $(ARGS) HEAD^!
+
+asv-history: $(STAMP)
+	$(ASV) machine --yes --machine $(ASV_MACHINE)
+	mkdir -p .asv && git rev-list --first-parent -n $(N) main > .asv/history-commits.txt
+	@# exit 2 = some benchmark failed on some commit (old commits may lack what benchmarks/ uses)
+	$(ASV) run --machine $(ASV_MACHINE) --skip-existing-commits $(ARGS) HASHFILE:.asv/history-commits.txt \
+		|| [ $$? -eq 2 ]
+
+dashboard: $(STAMP)
+	$(ASV) publish
+	$(BIN)/python -m impl.bench.dashboard .asv/html
+	@echo "open: $(BIN)/python -m http.server --bind 127.0.0.1 8080 -d .asv/html  ->  http://127.0.0.1:8080/"
+	@echo "  (or $(BIN)/asv preview, which listens on every interface)"
+
+perf: $(STAMP)
+	$(BIN)/python -m pytest perf -p no:cacheprovider --benchmark-sort=median --benchmark-columns=min,median,iqr,ops,rounds $(ARGS)
+
+gate: $(STAMP)
+	$(BIN)/python -m impl.bench.gate $(ARGS)

@@ -39,7 +39,9 @@ def test_unknown_family():
 
 
 def test_missing_dependency_is_reported_with_hint(monkeypatch):
-    fake = Entry("ghost", "impl.decode.json", "needs a package nobody has", ("no_such_pkg_xyz",), "fast")
+    fake = Entry(
+        "ghost", "impl.decode.json", "needs a package nobody has", ("no_such_pkg_xyz",), "fast"
+    )
     package = importlib.import_module("impl.decode")
     monkeypatch.setattr(package, "IMPLEMENTATIONS", (*package.IMPLEMENTATIONS, fake))
     registry._entries.cache_clear()

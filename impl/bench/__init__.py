@@ -18,7 +18,7 @@ from impl import pick
 from impl.bench._common import Section, environment
 
 #: Sections in the order they run; each is `impl.bench.<name>`.
-SECTIONS: tuple[str, ...] = ("decode",)
+SECTIONS: tuple[str, ...] = ("decode", "encode", "pool", "accesslog", "server", "endtoend")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

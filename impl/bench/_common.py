@@ -14,9 +14,27 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 _VERSIONED = (
-    "numpy", "orjson", "ujson", "msgspec", "pysimdjson", "protobuf", "pydantic", "httpx",
-    "aiohttp", "httpx2", "httpx-aiohttp", "pyqwest", "pyreqwest", "rich", "picologging",
-    "fastapi", "starlette", "uvicorn", "uvloop", "httptools", "tinker",
+    "numpy",
+    "orjson",
+    "ujson",
+    "msgspec",
+    "pysimdjson",
+    "protobuf",
+    "pydantic",
+    "httpx",
+    "aiohttp",
+    "httpx2",
+    "httpx-aiohttp",
+    "pyqwest",
+    "pyreqwest",
+    "rich",
+    "picologging",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "uvloop",
+    "httptools",
+    "tinker",
 )
 
 

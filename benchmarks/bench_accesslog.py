@@ -1,0 +1,106 @@
+"""Access-log family: what each handler costs the thread that logs (uvicorn's event loop).
+
+Input: one uvicorn access record (`impl.accesslog._common.access_record`), the same one for
+every handler, written to os.devnull. Params are the registry table; a handler that cannot run
+here raises NotImplementedError in setup (n/a), and so does one whose line differs from the
+reference's (no speed without correctness). `UvicornServer` runs a real uvicorn (uvloop,
+httptools, trivial route) in a subprocess per measurement and reads its CPU from /proc.
+"""
+
+import io
+import logging
+import os
+
+from impl import registry
+from impl.accesslog._common import ACCESS_LOGGER, ACCESS_MESSAGE, access_record, parse_lines
+from impl.bench.accesslog import caller_cost, server_cost
+
+NAMES = list(registry.names("accesslog"))
+FACTS = ("127.0.0.1:50123", "GET", "/api/v1/retrieve_future", "1.1", 200)
+
+
+def _check(implementation):
+    """NotImplementedError (n/a) when unavailable or when its line differs from the reference."""
+    reason = registry.unavailable_reason("accesslog", implementation)
+    if reason:
+        raise NotImplementedError(reason)
+    if implementation == "null":
+        return
+    written = []
+    for name in (registry.reference("accesslog"), implementation):
+        stream = io.StringIO()
+        handler = registry.create("accesslog", name, stream=stream)
+        handler.handle(access_record(*FACTS))
+        handler.close()
+        written.append(parse_lines(stream.getvalue()))
+    if written[0] != written[1]:
+        raise NotImplementedError(f"{implementation}: line differs from the reference")
+
+
+class AccessRecord:
+    """One access record on the calling thread: the handler alone, and uvicorn's whole call."""
+
+    params = (NAMES,)
+    param_names = ("implementation",)
+    timeout = 300
+
+    def setup(self, implementation):
+        _check(implementation)
+        self.devnull = open(os.devnull, "w")  # noqa: SIM115 - closed in teardown
+        self.handler = registry.create("accesslog", implementation, stream=self.devnull)
+        self.logger = logging.Logger(ACCESS_LOGGER)
+        self.logger.addHandler(self.handler)
+        self.record = access_record(*FACTS)
+
+    def teardown(self, implementation):
+        self.handler.close()
+        self.devnull.close()
+
+    def time_handle(self, implementation):
+        self.handler.handle(self.record)
+
+    def time_logger_info(self, implementation):
+        self.logger.info(ACCESS_MESSAGE, *FACTS)
+
+    def track_caller_cpu_us(self, implementation):
+        # Thread CPU time, so a queue's listener taking the GIL is not charged to the caller.
+        return caller_cost(implementation, rounds=3)["handle_us"]
+
+    track_caller_cpu_us.unit = "µs"
+
+    def track_listener_cpu_us(self, implementation):
+        if implementation != "queue":
+            raise NotImplementedError("only queue has a listener thread")
+        return caller_cost(implementation, rounds=3)["listener_us"]
+
+    track_listener_cpu_us.unit = "µs"
+
+
+class UvicornServer:
+    """A real uvicorn serving a trivial route; server CPU per request with each handler."""
+
+    params = (NAMES,)
+    param_names = ("implementation",)
+    timeout = 600
+    number = 1
+    repeat = 1
+
+    def setup(self, implementation):
+        _check(implementation)
+        self.requests = 1000 if implementation == "rich" else 5000
+
+    def track_process_cpu_us_per_request(self, implementation):
+        result = server_cost(implementation, self.requests)
+        if not result["complete"]:
+            raise RuntimeError(f"{implementation}: {result['lines']} lines, not all were logged")
+        return result["total_us"]
+
+    track_process_cpu_us_per_request.unit = "µs"
+
+    def track_loop_cpu_us_per_request(self, implementation):
+        result = server_cost(implementation, self.requests)
+        if not result["complete"]:
+            raise RuntimeError(f"{implementation}: {result['lines']} lines, not all were logged")
+        return result["loop_us"]
+
+    track_loop_cpu_us_per_request.unit = "µs"

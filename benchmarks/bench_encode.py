@@ -1,0 +1,62 @@
+"""Encode family: Completion -> SampleResponse bytes, and stored bytes -> legacy JSON.
+
+Inputs are `impl.encode.samples.sized(tokens)`: one seeded sequence of `tokens` tokens, built
+from numpy arrays (no decoder involved). Params are the registry tables, not what is
+installed; an implementation that cannot run here raises NotImplementedError in setup (n/a).
+"""
+
+from impl import registry
+from impl.encode import (
+    JSON_IMPLEMENTATIONS,
+    json_implementation,
+    json_unavailable_reason,
+    samples,
+)
+
+TOKENS = list(samples.SIZES)
+
+
+class Encode:
+    """One Completion into SampleResponse wire bytes, per implementation and size."""
+
+    params = (list(registry.names("encode")), TOKENS)
+    param_names = ("implementation", "tokens")
+    timeout = 120
+
+    def setup(self, implementation, tokens):
+        reason = registry.unavailable_reason("encode", implementation)
+        if reason:
+            raise NotImplementedError(reason)
+        self.encoder = registry.create("encode", implementation)
+        self.completion = samples.sized(tokens)
+        reference = registry.create("encode", registry.reference("encode"))
+        if self.encoder.encode(self.completion) != reference.encode(self.completion):
+            raise NotImplementedError(f"{implementation}: bytes differ from the reference")
+
+    def time_encode(self, implementation, tokens):
+        self.encoder.encode(self.completion)
+
+    def peakmem_encode(self, implementation, tokens):
+        self.encoder.encode(self.completion)
+
+
+class ProtoToJson:
+    """Stored SampleResponse bytes into legacy JSON, per derivation and size."""
+
+    params = ([row.name for row in JSON_IMPLEMENTATIONS], TOKENS)
+    param_names = ("implementation", "tokens")
+    timeout = 120
+
+    def setup(self, implementation, tokens):
+        reason = json_unavailable_reason(implementation)
+        if reason:
+            raise NotImplementedError(reason)
+        self.derive = json_implementation(implementation)
+        reference = registry.create("encode", registry.reference("encode"))
+        self.data = reference.encode(samples.sized(tokens))
+
+    def time_proto_to_json(self, implementation, tokens):
+        self.derive(self.data)
+
+    def peakmem_proto_to_json(self, implementation, tokens):
+        self.derive(self.data)

@@ -1,0 +1,19 @@
+"""Seeded, cached inputs for the asv suites, generated outside the timed code.
+
+Bodies come from `impl.harness.bodies.body_for` (seed 0, a 16-token prompt, one choice), the
+same generator the fake router and the tests use. Append-only: add sizes or kinds, never change
+what an existing (tokens, kind) produces, so results stay comparable across commits.
+"""
+
+from __future__ import annotations
+
+from impl.harness.bodies import body_for
+
+#: Generated tokens per body, and body kinds (VLLM_BODY.md).
+TOKENS = [128, 8192, 32768, 262144]
+BODIES = ["minimal", "vllm"]
+
+
+def decode_body(tokens: int, kind: str) -> bytes:
+    """One seeded vLLM /v1/completions body (cached per process)."""
+    return body_for(tokens, kind=kind)

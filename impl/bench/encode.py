@@ -1,0 +1,202 @@
+"""`hotpath bench` section for the encode family: Completion -> SampleResponse bytes, and JSON.
+
+Per token count (`impl.encode.samples.SIZES`, one sequence): median time of each available
+encoder, its ratio to the reference and parity (bytes equal to the reference's). Then the
+proto -> legacy JSON derivations (parity = same parsed value as the reference, as float32).
+The notes set the 262144-token encode against the fastest available decode of a realistic
+262144-token vLLM body (`impl.harness.bodies.body_for`) and against `validated`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from impl import registry
+from impl.bench._common import Section, format_seconds, median_seconds, render_table
+from impl.encode import JSON_IMPLEMENTATIONS, JSON_REFERENCE, json_implementation, samples
+from impl.encode import json_unavailable_reason as _json_reason
+
+FAMILY = "encode"
+
+
+def _float32(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(np.float32(value))
+    if isinstance(value, list):
+        return [_float32(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _float32(v) for k, v in value.items()}
+    return value
+
+
+def _encode_rows(sizes: tuple[int, ...], names: list[str], *, min_time: float, repeat: int):
+    """Rows per (size, encoder), pick measurements, and the reference's bytes per size."""
+    reference = registry.reference(FAMILY)
+    encoders = {name: registry.create(FAMILY, name) for name in names}
+    ref_encoder = encoders.get(reference)
+    if ref_encoder is None and registry.unavailable_reason(FAMILY, reference) is None:
+        ref_encoder = registry.create(FAMILY, reference)
+    rows, measurements, encoded = [], [], {}
+    for tokens in sizes:
+        completion = samples.sized(tokens)
+        expected = ref_encoder.encode(completion) if ref_encoder else None
+        sized = []
+        for name, encoder in encoders.items():
+            out = encoder.encode(completion)
+            seconds = median_seconds(
+                lambda e=encoder, c=completion: e.encode(c), min_time=min_time, repeat=repeat
+            )
+            sized.append(
+                {
+                    "table": "encode",
+                    "tokens": tokens,
+                    "implementation": name,
+                    "seconds": seconds,
+                    "size_bytes": len(out),
+                    "parity": None if expected is None else out == expected,
+                }
+            )
+        ref_seconds = next((r["seconds"] for r in sized if r["implementation"] == reference), None)
+        for row in sized:
+            row["ratio"] = row["seconds"] / ref_seconds if ref_seconds else None
+        cost = {r["implementation"]: r["seconds"] for r in sized if r["parity"] is not False}
+        measurements.append(
+            {"input": f"tokens-{tokens}", "size_bytes": sized[0]["size_bytes"], "cost": cost}
+        )
+        rows += sized
+        if expected is not None:
+            encoded[tokens] = expected
+    return rows, measurements, encoded
+
+
+def _json_rows(encoded: dict[int, bytes], *, min_time: float, repeat: int) -> list[dict]:
+    names = [row.name for row in JSON_IMPLEMENTATIONS if _json_reason(row.name) is None]
+    if JSON_REFERENCE not in names:
+        return []
+    rows = []
+    for tokens, data in encoded.items():
+        expected = _float32(json.loads(json_implementation(JSON_REFERENCE)(data)))
+        ref_seconds = None
+        for name in names:
+            derive = json_implementation(name)
+            parity = _float32(json.loads(derive(data))) == expected
+            seconds = median_seconds(
+                lambda d=derive, b=data: d(b), min_time=min_time, repeat=repeat
+            )
+            ref_seconds = seconds if name == JSON_REFERENCE else ref_seconds
+            rows.append(
+                {
+                    "table": "json",
+                    "tokens": tokens,
+                    "implementation": name,
+                    "seconds": seconds,
+                    "parity": parity,
+                }
+            )
+        for row in rows[-len(names) :]:
+            row["ratio"] = row["seconds"] / ref_seconds if ref_seconds else None
+    return rows
+
+
+def fastest_decode(tokens: int = 262144) -> tuple[str, float] | None:
+    """(name, median seconds) of the fastest decoder that runs here on a realistic body."""
+    from impl.harness.bodies import body_for
+
+    body = body_for(tokens)
+    best = None
+    for name in registry.available("decode"):
+        if name == registry.reference("decode"):
+            continue  # the clear-not-fast reference is never the fastest; it takes seconds here
+        try:
+            decoder = registry.create("decode", name)
+            decoder.decode(body)
+        except Exception:  # a decoder not written yet, or failing: not a candidate
+            continue
+        seconds = median_seconds(lambda d=decoder: d.decode(body), min_time=0.3, repeat=3)
+        if best is None or seconds < best[1]:
+            best = (f"decode/{name}", seconds)
+    if best is None:
+        try:
+            import orjson
+        except ImportError:
+            return None
+        seconds = median_seconds(lambda: orjson.loads(body), min_time=0.3, repeat=3)
+        best = ("orjson.loads alone (no decoder available)", seconds)
+    return best
+
+
+def _table(rows: list[dict], sizes: tuple[int, ...], with_size: bool) -> str:
+    tables = []
+    for tokens in sizes:
+        sized = [r for r in rows if r["tokens"] == tokens]
+        headers = ["implementation", "median", "× ref", "parity"] + (["bytes"] if with_size else [])
+        body = [
+            [
+                r["implementation"],
+                format_seconds(r["seconds"]),
+                f"{r['ratio']:.2f}" if r.get("ratio") else "-",
+                {True: "✓", False: "✗"}.get(r["parity"], "?"),
+            ]
+            + ([r["size_bytes"]] if with_size else [])
+            for r in sized
+        ]
+        tables.append(f"{tokens} tokens\n{render_table(headers, body)}")
+    return "\n\n".join(tables)
+
+
+def run(quick: bool) -> Section:
+    sizes = (128, 32768, 262144) if quick else samples.SIZES
+    min_time, repeat = (0.05, 3) if quick else (0.2, 7)
+    names = list(registry.available(FAMILY))
+    rows, measurements, encoded = _encode_rows(sizes, names, min_time=min_time, repeat=repeat)
+    json_rows = _json_rows(encoded, min_time=min_time, repeat=3 if quick else 5)
+    table = (
+        f"{_table(rows, sizes, True)}\n\nproto -> legacy JSON (parity: same parsed value as "
+        f"{JSON_REFERENCE}, float32)\n\n{_table(json_rows, sizes, False)}"
+    )
+    notes = []
+    largest = max(sizes)
+    at_largest = {
+        r["implementation"]: r["seconds"] for r in rows if r["tokens"] == largest and r["parity"]
+    }
+    if at_largest:
+        best = min(at_largest, key=at_largest.__getitem__)
+        if "validated" in at_largest:
+            notes.append(
+                f"{largest} tokens: {best} {format_seconds(at_largest[best])}, "
+                f"{at_largest['validated'] / at_largest[best]:.0f}x faster than validated"
+            )
+        decode = fastest_decode(largest)
+        if decode is not None:
+            notes.append(
+                f"{largest} tokens: {best} costs {100 * at_largest[best] / decode[1]:.1f}% of the "
+                f"fastest decode of a realistic body ({decode[0]}: {format_seconds(decode[1])})"
+            )
+            rows.append(
+                {
+                    "table": "decode-comparison",
+                    "tokens": largest,
+                    "implementation": decode[0],
+                    "seconds": decode[1],
+                }
+            )
+    return Section(
+        family=FAMILY,
+        title="encode: Completion -> SampleResponse bytes (one sequence of N tokens)",
+        table=table,
+        rows=rows + json_rows,
+        measurements=measurements,
+        notes="\n".join(notes),
+    )
+
+
+def calibrate(candidates: list[str]) -> list[dict]:
+    """Pick rows from a short measurement (well under 2 s): 128 and 32768 tokens."""
+    names = [name for name in candidates if registry.unavailable_reason(FAMILY, name) is None]
+    if not names:
+        return []
+    _, measurements, _ = _encode_rows((128, 32768), names, min_time=0.02, repeat=3)
+    return measurements

@@ -1,0 +1,246 @@
+"""The CI regression gate: the previous commit and HEAD benchmarked in the same run, interleaved.
+
+`python -m impl.bench.gate` (or `make gate`) runs `asv run --interleave-rounds` on BASE
+(default: HEAD's first parent) and HEAD, on a small subset of `benchmarks/`: the decode of a
+realistic 262k-token vLLM body by the picked decoder, the picked encoder on a 262k-token
+completion, the picked pool at 1024 requests in flight, the picked access-log handler, and one
+short end-to-end loadtest. asv builds each commit into its own wheel and installs it into one
+virtualenv under `.asv/env` (the dependencies are installed once) and runs the benchmarks of
+this working tree against both. The `time_` benchmarks run in ROUNDS rounds that alternate the
+commits (base, HEAD, HEAD, base, ...), each round a fresh process, so a machine that slows down
+during the run slows both sides; the loadtest runs once per commit, back to back.
+
+Then asv's comparison table (`asv continuous`'s, restricted to the gated parameter
+combinations) decides: a `time_` benchmark fails the gate when HEAD is slower by more than the
+factor (1.5) *and* asv's statistics say the two sample sets differ; a `track_` figure (one
+value) by the factor alone. A benchmark that ran on BASE and fails on HEAD, or has no result on
+HEAD at all, also fails the gate; one that BASE could not run is reported as not compared.
+Stored results of both commits are deleted first, so stale numbers are never compared.
+Exit 0: pass (also for a first commit); 1: a slowdown or a failure; 2: the gate could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+#: the fixed asv machine name of automated runs (results of different names never mix)
+MACHINE = "hotpath-ci"
+FACTOR = 1.5
+#: interleaved rounds of each time_ benchmark per commit (asv's default is 2)
+ROUNDS = 4
+#: the input each family is gated on (asv param values as asv prints them)
+DECODE_TOKENS, DECODE_BODY = 262144, "vllm"  # a realistic logprobs=1 body, ~20 MB
+ENCODE_TOKENS = 262144
+POOL_IN_FLIGHT = 1024
+
+
+def picked(family: str) -> str:
+    """The implementation the server would pick here without calibrating (see impl.pick)."""
+    from impl import pick
+
+    return pick.pick(family, calibrate=False).name
+
+
+def gated(picks: dict[str, str]) -> list[tuple[str, tuple[Any, ...] | None]]:
+    """The gate subset: (asv benchmark name, its parameter values or None when unparametrized)."""
+    return [
+        ("bench_decode.Decode.time_decode", (picks["decode"], DECODE_TOKENS, DECODE_BODY)),
+        ("bench_encode.Encode.time_encode", (picks["encode"], ENCODE_TOKENS)),
+        ("bench_pool.Forward.time_forward", (picks["pool"], POOL_IN_FLIGHT)),
+        ("bench_accesslog.AccessRecord.time_logger_info", (picks["accesslog"],)),
+        ("bench_endtoend.SmallResults.track_wall_ms_per_result", None),
+        ("bench_endtoend.SmallResults.track_server_cpu_ms_per_sample", None),
+    ]
+
+
+def regex(name: str, params: tuple[Any, ...] | None) -> str:
+    """The asv `-b` regex of one benchmark (asv matches `name(param, ...)` per combination)."""
+    if params is None:
+        return f"^{re.escape(name)}$"
+    return f"^{re.escape(name)}\\({re.escape(', '.join(map(repr, params)))}\\)$"
+
+
+def git(*args: str) -> str | None:
+    """stdout of `git ARGS` in the repository, or None when it fails."""
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def base_of(head: str) -> str | None:
+    """HEAD's first parent; in a shallow clone, fetched first. None: HEAD is a first commit."""
+    parent = git("rev-parse", "--verify", "--quiet", f"{head}^")
+    if parent is None and git("rev-parse", "--is-shallow-repository") == "true":
+        print("gate: shallow clone, fetching the parent commit", flush=True)
+        git("fetch", "--quiet", "--deepen=1")
+        parent = git("rev-parse", "--verify", "--quiet", f"{head}^")
+        if parent is None:
+            raise SystemExit("gate: cannot fetch the parent of a shallow clone; clone in full")
+    return parent
+
+
+def asv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "asv", *args, "--config", str(ROOT / "asv.conf.json")]
+
+
+def gated_results(commit: str, benchmarks: list[tuple[str, tuple[Any, ...] | None]]):
+    """asv result rows of `commit` on MACHINE, cut down to the gated parameter combinations.
+
+    Yields what `asv.commands.compare.Compare.print_table` reads: (name, params, values,
+    stats, samples, version, machine, env), each with one parameter combination.
+    """
+    from asv.results import iter_results_for_machine_and_hash
+
+    conf = asv_config()
+    try:
+        stored = list(iter_results_for_machine_and_hash(conf.results_dir, MACHINE, commit))
+    except Exception:  # asv raises when the machine or commit has no results at all
+        stored = []
+    for result in stored:
+        keys = result.get_all_result_keys()
+        for name, params in benchmarks:
+            if name not in keys:
+                continue
+            all_params = result.get_result_params(name)
+            combos = list(itertools.product(*all_params))
+            wanted = tuple(repr(p) for p in params) if params else ()
+            if wanted not in combos:
+                continue
+            i = combos.index(wanted)
+            values = result.get_result_value(name, all_params)
+            stats = result.get_result_stats(name, all_params)
+            samples = result.get_result_samples(name, all_params)
+            yield (
+                name,
+                [[p] for p in wanted],
+                [values[i]],
+                [stats[i]],
+                [samples[i]],
+                result.benchmark_version.get(name),
+                MACHINE,
+                result.env_name,
+            )
+
+
+def asv_config():
+    """asv.conf.json, its directories made absolute (asv takes them relative to the cwd)."""
+    from asv.config import Config
+
+    conf = Config.load(str(ROOT / "asv.conf.json"))
+    for attr in ("results_dir", "html_dir", "env_dir", "benchmark_dir"):
+        setattr(conf, attr, str(ROOT / getattr(conf, attr)))
+    return conf
+
+
+def measured(rows: list[tuple]) -> set[str]:
+    """Names of the rows that hold a number (not failed, not n/a)."""
+    return {row[0] for row in rows if row[2][0] is not None and row[2][0] == row[2][0]}
+
+
+def compare(base: str, head: str, benchmarks: list, factor: float) -> tuple[bool, set, set]:
+    """Print asv's comparison table; (HEAD worse?, names measured on base, names on HEAD)."""
+    from asv.commands.compare import Compare
+
+    rows_base = list(gated_results(base, benchmarks))
+    rows_head = list(gated_results(head, benchmarks))
+    if not rows_base or not rows_head:
+        return False, measured(rows_base), measured(rows_head)
+    worsened, _ = Compare.print_table(
+        asv_config(),
+        base,
+        head,
+        factor=factor,
+        split=False,
+        resultset_1=iter(rows_base),
+        resultset_2=iter(rows_head),
+        machine=MACHINE,
+        use_stats=True,
+        commit_names={base: "base", head: "HEAD"},
+    )
+    return bool(worsened), measured(rows_base), measured(rows_head)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m impl.bench.gate", description=__doc__)
+    parser.add_argument("--factor", type=float, default=FACTOR, help="slowdown that fails")
+    parser.add_argument("--base", help="commit to compare against (default: HEAD's parent)")
+    parser.add_argument("--head", default="HEAD", help="commit under test (default: HEAD)")
+    parser.add_argument("--list", action="store_true", help="print the asv -b regexes and stop")
+    parser.add_argument(
+        "--compare-only", action="store_true", help="compare stored results, run nothing"
+    )
+    args = parser.parse_args(argv)
+
+    picks = {family: picked(family) for family in ("decode", "encode", "pool", "accesslog")}
+    benchmarks = gated(picks)
+    regexes = [regex(name, params) for name, params in benchmarks]
+    print("gate: picks " + ", ".join(f"{k}={v}" for k, v in picks.items()), flush=True)
+    if args.list:
+        print("\n".join(regexes))
+        return 0
+    head = git("rev-parse", "--verify", args.head)
+    if head is None:
+        print(f"gate: {args.head} is not a commit of {ROOT}", file=sys.stderr)
+        return 2
+    base = git("rev-parse", "--verify", args.base) if args.base else base_of(head)
+    if base is None:
+        print(f"gate: PASS - {head[:8]} is the first commit, there is nothing to compare it to")
+        return 0
+    print(f"gate: {base[:8]} (base) vs {head[:8]} (HEAD), factor {args.factor}", flush=True)
+    if not args.compare_only:
+        subprocess.run(asv("machine", "--yes", "--machine", MACHINE), cwd=ROOT, check=True)
+        hashes = ROOT / ".asv" / "gate-commits.txt"
+        hashes.parent.mkdir(parents=True, exist_ok=True)
+        hashes.write_text(f"{head}\n{base}\n")
+        # Never compare stale numbers: drop stored results of both commits before the run.
+        for commit in (head, base):
+            for stale in (Path(asv_config().results_dir) / MACHINE).glob(f"{commit[:8]}-*.json"):
+                stale.unlink()
+        # time_ benchmarks: ROUNDS interleaved rounds (base, HEAD, HEAD, base, ...), each a
+        # fresh process per commit; track_ ones (the loadtest, its own rounds inside): one.
+        timed = [r for (name, _), r in zip(benchmarks, regexes, strict=True) if ".time_" in name]
+        tracked = [r for r in regexes if r not in timed]
+        for patterns, extra in ((timed, ["-a", f"rounds={ROUNDS}"]), (tracked, [])):
+            command = asv(
+                "run",
+                "--interleave-rounds",
+                "--record-samples",
+                "--machine",
+                MACHINE,
+                "--show-stderr",
+                *extra,
+                *[a for pattern in patterns for a in ("-b", pattern)],
+                f"HASHFILE:{hashes}",
+            )
+            print("gate: " + " ".join(command), flush=True)
+            status = subprocess.run(command, cwd=ROOT).returncode
+            if status not in (0, 2):  # 2: some benchmark failed, read from the results below
+                print(f"gate: ERROR - asv run exited {status} (build or discovery failed, above)")
+                return 2
+    worse, on_base, on_head = compare(base, head, benchmarks, args.factor)
+    names = [name for name, _ in benchmarks]
+    not_on_base = [name for name in names if name not in on_base]
+    failed_head = [name for name in names if name not in on_head and name in on_base]
+    missing_head = [name for name in names if name not in on_head and name not in on_base]
+    if not_on_base:
+        print("\ngate: not compared, no result on the base commit: " + ", ".join(not_on_base))
+    if missing_head:
+        print("gate: FAIL - no result on HEAD either: " + ", ".join(missing_head))
+    if failed_head:
+        print("gate: FAIL - ran on the base commit, fails on HEAD: " + ", ".join(failed_head))
+    if worse:
+        print(f"gate: FAIL - a gated benchmark is slower by more than {args.factor}x (table above)")
+    if worse or failed_head or missing_head:
+        return 1
+    print(f"gate: PASS - no gated benchmark slower by more than {args.factor}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,505 @@
+"""One load-client worker: drives a Tinker-compatible server over HTTP exactly as the SDK does.
+
+Per worker process: client/config, create_session, create_sampling_session, then `lanes` (the
+cap on outstanding samples) each taking the next request index: `asample` under a semaphore of
+concurrent dispatches, then `retrieve_future` polls with `Accept: application/x-protobuf` and a
+45 s client timeout, re-polling at once on try_again/408. Retries follow the SDK 0.38: asample
+on 408/409/5xx/connection errors with backoff and the SAME seq_id, 429 with backoff (not counted
+against the tries, bounded by the run's deadline); polls on 5xx/429/connection errors/timeouts
+with backoff; 404 is fatal (the server lost the result); 410 resubmits. Every result is parsed
+from the SampleResponse wire bytes and checked: one sequence per sample, `max_tokens` tokens
+(choice 0; others may stop early on EOS), logprobs as long as tokens, and with `verify="exact"`
+the very tokens `impl.harness.bodies.generate` makes for the (prompt, seed).
+
+The aiohttp connector binds the worker's own 127.0.0.x source address, so several workers do
+not share one address's ephemeral ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+try:
+    import orjson
+
+    _dumps, _loads = orjson.dumps, orjson.loads
+except ImportError:  # pragma: no cover - orjson is in the server extra
+    import json
+
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    _loads = json.loads
+
+PROTO = "application/x-protobuf"
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """What one worker does (picklable: it crosses into a spawned process)."""
+
+    url: str
+    indices: tuple[int, int, int]  # range(start, stop, step) of request indices
+    prompt_tokens: int = 16
+    max_tokens: int = 16
+    num_samples: int = 1
+    concurrency: int = 400
+    max_outstanding: int = 2048
+    distinct_prompts: int = 64
+    seed: int = 0
+    poll_timeout: float = 45.0
+    tries: int = 16
+    backoff_base: float = 0.25
+    backoff_cap: float = 30.0
+    timeout: float = 600.0  # seconds after the start signal when the worker stops
+    source_address: str | None = None
+    verify: str = "count"  # "count" | "exact"
+    #: unmeasured samples per distinct prompt before the run (0: no warm-up)
+    warmup: int = 1
+    api_key: str = "tml-hotpath-loadtest"
+    base_model: str = "hotpath-fake"
+
+
+class Failure(Exception):
+    """A sample that did not complete; `kind` is its class in the report."""
+
+    def __init__(self, kind: str, message: str = "") -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+class _Resubmit(Exception):
+    """410 from retrieve_future: the promise is gone, submit the sample again."""
+
+
+def prompt_for(index: int, config: ClientConfig) -> tuple[list[int], int]:
+    """The prompt tokens and sampling seed of request `index` (cycling distinct prompts)."""
+    p = index % max(config.distinct_prompts, 1)
+    base = config.seed * 1_000_003 + p * 7919
+    tokens = [128000] + [(base + j * 104729) % 127000 + 1 for j in range(config.prompt_tokens - 1)]
+    return tokens[: config.prompt_tokens], config.seed + p
+
+
+def parse_sample_response(data: bytes) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
+    """SampleResponse wire bytes -> [(stop_reason, int32 tokens, float32 logprobs | None)]."""
+    view = memoryview(data)
+    sequences = []
+    for field, value in _fields(view):
+        if field == 1:
+            stop, tokens, logprobs = 0, b"", None
+            for f, v in _fields(value):
+                if f == 1:
+                    stop = v
+                elif f == 2:
+                    tokens = v
+                elif f == 3:
+                    logprobs = v
+            if len(tokens) % 4 or (logprobs is not None and len(logprobs) % 4):
+                raise ValueError("a tokens or logprobs field is not a whole number of 4-byte items")
+            lp = None if logprobs is None else np.frombuffer(logprobs, dtype="<f4")
+            sequences.append((stop, np.frombuffer(tokens, dtype="<i4"), lp))
+    return sequences
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: memoryview):
+    pos, end = 0, len(buf)
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        wire = key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            if pos + length > end:
+                raise ValueError("a length-delimited field runs past the end")
+            value, pos = buf[pos : pos + length], pos + length
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, pos = buf[pos : pos + size], pos + size
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        yield key >> 3, value
+    if pos != end:
+        raise ValueError("truncated message")
+
+
+class Worker:
+    """The state of one worker's run: counters the parent process reads, and the sessions."""
+
+    def __init__(self, config: ClientConfig, progress: Any = None, go: Any = None) -> None:
+        self.config = config
+        self.progress = progress  # a shared array [completed, failed, ready] or None
+        self.go = go  # an Event the parent sets when every worker is ready
+        self.completed = 0
+        self.failed: Counter[str] = Counter()
+        self.retries: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}
+        self.latencies: list[float] = []
+        self.result_bytes = 0
+        self.tokens = 0
+        self._expected: dict[int, list[np.ndarray]] = {}
+        self._seq = 0
+        self.warmup: dict[str, Any] = {}
+        self._rng = random.Random(config.seed * 7 + config.indices[0])
+        base = {"X-API-Key": config.api_key, "Content-Type": "application/json"}
+        self._headers = {"": base, PROTO: {**base, "Accept": PROTO}}
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+
+    # -- HTTP -------------------------------------------------------------------------------
+    async def _post(
+        self, path: str, payload: Any, *, timeout: float = 60.0, accept: str = ""
+    ) -> tuple[int, str, bytes]:
+        headers = self._headers[accept]
+        limits = self._timeouts.get(timeout)
+        if limits is None:
+            limits = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout, sock_connect=60)
+        async with self.session.post(
+            self.config.url + path, data=_dumps(payload), headers=headers, timeout=limits
+        ) as response:
+            return response.status, response.content_type, await response.read()
+
+    async def _backoff(self, attempt: int) -> None:
+        delay = min(self.config.backoff_base * 2**attempt, self.config.backoff_cap)
+        await asyncio.sleep(delay * (0.5 + self._rng.random() / 2))
+
+    async def _call(self, path: str, payload: Any) -> dict[str, Any]:
+        """A session call with the SDK's retries; raises Failure when it cannot succeed."""
+        for attempt in range(self.config.tries):
+            try:
+                status, _, body = await self._post(path, payload)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                self.retries["session_connection"] += 1
+                last = f"{path}: {type(exc).__name__}: {exc}"
+            else:
+                if status == 200:
+                    return _loads(body)
+                last = f"{path}: HTTP {status}: {body[:200]!r}"
+                if not (status in (408, 409, 429) or status >= 500):
+                    raise Failure(f"http_{status}", last)
+                self.retries[f"session_{status}"] += 1
+            await self._backoff(attempt)
+        raise Failure("session", last)
+
+    # -- one sample -------------------------------------------------------------------------
+    async def _submit(self, index: int, seq_id: int) -> str:
+        config = self.config
+        prompt, seed = prompt_for(index, config)
+        payload = {
+            "sampling_session_id": self.sampling_session_id,
+            "seq_id": seq_id,
+            "num_samples": config.num_samples,
+            "prompt": {"chunks": [{"type": "encoded_text", "tokens": prompt}]},
+            "sampling_params": {"max_tokens": config.max_tokens, "temperature": 1.0, "seed": seed},
+            "prompt_logprobs": False,
+            "topk_prompt_logprobs": 0,
+        }
+        attempt = 0
+        while True:
+            try:
+                status, _, body = await self._post("/api/v1/asample", payload)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                kind, last = "asample_connection", f"{type(exc).__name__}: {exc}"
+            else:
+                if status == 200:
+                    reply = _loads(body)
+                    ids = reply.get("sample_sequence_ids")
+                    if not isinstance(ids, list) or len(ids) != config.num_samples:
+                        raise Failure("bad_response", f"asample sample_sequence_ids={ids!r}")
+                    return reply["request_id"]
+                last = f"HTTP {status}: {body[:200]!r}"
+                if status == 429:  # backpressure: the SDK backs off without a retry budget
+                    self.retries["asample_429"] += 1
+                    await self._backoff(min(attempt, 3))
+                    continue
+                if not (status in (408, 409) or status >= 500):
+                    raise Failure(f"http_{status}", f"asample {last}")
+                kind = f"asample_{status}"
+            self.retries[kind] += 1
+            self.examples.setdefault(f"retry:{kind}", last[:300])
+            attempt += 1
+            if attempt >= config.tries:
+                raise Failure(kind, f"asample after {attempt} tries: {last}")
+            await self._backoff(attempt - 1)
+
+    async def _poll(self, request_id: str) -> bytes:
+        payload = {"request_id": request_id, "allow_metadata_only": False}
+        errors = bad_requests = 0
+        while True:
+            try:
+                status, ctype, body = await self._post(
+                    "/api/v1/retrieve_future",
+                    payload,
+                    timeout=self.config.poll_timeout,
+                    accept=PROTO,
+                )
+            except TimeoutError:
+                kind, last = "poll_timeout", f"no answer within {self.config.poll_timeout} s"
+            except (aiohttp.ClientError, OSError) as exc:
+                kind, last = "poll_connection", f"{type(exc).__name__}: {exc}"
+            else:
+                if status == 200:
+                    if ctype == PROTO:
+                        return body
+                    try:
+                        reply = _loads(body)
+                    except ValueError:
+                        raise Failure(
+                            "bad_response", f"poll answered {ctype}: {body[:200]!r}"
+                        ) from None
+                    if isinstance(reply, dict) and reply.get("type") == "try_again":
+                        self.retries["poll_try_again"] += 1
+                        errors = 0
+                        continue
+                    if isinstance(reply, dict) and "error" in reply:
+                        category = reply.get("category", "unknown")
+                        raise Failure(f"sample_error_{category}", str(reply["error"])[:300])
+                    raise Failure("bad_response", f"poll answered {ctype}: {body[:200]!r}")
+                last = f"HTTP {status}: {body[:200]!r}"
+                if status == 408:
+                    self.retries["poll_try_again"] += 1
+                    continue
+                if status == 404:
+                    raise Failure("lost", f"retrieve_future {request_id}: {last}")
+                if status == 410:
+                    raise _Resubmit
+                if status == 400 and bad_requests < 3:
+                    bad_requests += 1
+                    self.retries["poll_400"] += 1
+                    continue
+                if not (status == 429 or status >= 500):
+                    raise Failure(f"http_{status}", f"retrieve_future {last}")
+                kind = f"poll_{status}"
+            self.retries[kind] += 1
+            self.examples.setdefault(f"retry:{kind}", last[:300])
+            errors += 1
+            if errors >= self.config.tries:
+                raise Failure(kind, f"retrieve_future after {errors} tries: {last}")
+            await self._backoff(errors - 1)
+
+    def _check(self, index: int, data: bytes) -> None:
+        config = self.config
+        try:
+            sequences = parse_sample_response(data)
+        except (ValueError, IndexError) as exc:
+            raise Failure(
+                "bad_response", f"unparseable SampleResponse ({len(data)} B): {exc}"
+            ) from None
+        if len(sequences) != config.num_samples:
+            raise Failure("wrong_result", f"{len(sequences)} sequences, asked {config.num_samples}")
+        expected = self._expected_tokens(index) if config.verify == "exact" else None
+        for k, (_, tokens, logprobs) in enumerate(sequences):
+            if (k == 0 and len(tokens) != config.max_tokens) or len(tokens) > config.max_tokens:
+                raise Failure(
+                    "wrong_result", f"sequence {k}: {len(tokens)} tokens, asked {config.max_tokens}"
+                )
+            if logprobs is not None and len(logprobs) != len(tokens):
+                raise Failure(
+                    "wrong_result",
+                    f"sequence {k}: {len(logprobs)} logprobs for {len(tokens)} tokens",
+                )
+            if expected is not None and not np.array_equal(tokens, expected[k]):
+                raise Failure(
+                    "wrong_result", f"sequence {k}: tokens differ from what the router generated"
+                )
+            self.tokens += len(tokens)
+
+    def _expected_tokens(self, index: int) -> list[np.ndarray]:
+        config = self.config
+        p = index % max(config.distinct_prompts, 1)
+        if p not in self._expected:
+            from impl.harness.bodies import generate
+
+            prompt, seed = prompt_for(index, config)
+            choices = generate(
+                prompt, n=config.num_samples, max_tokens=config.max_tokens, seed=seed
+            )
+            self._expected[p] = [c.tokens for c in choices]
+        return self._expected[p]
+
+    async def one(self, index: int) -> None:
+        started = time.monotonic()
+        try:
+            while True:
+                self._seq += 1
+                request_id = await self._submit(index, self._seq)
+                try:
+                    data = await self._poll(request_id)
+                    break
+                except _Resubmit:
+                    self.retries["resubmit_410"] += 1
+            self._check(index, data)
+        except Failure as failure:
+            self.failed[failure.kind] += 1
+            self.examples.setdefault(failure.kind, failure.message[:300])
+            if self.progress is not None:
+                self.progress[1] += 1
+            return
+        self.latencies.append(time.monotonic() - started)
+        self.result_bytes += len(data)
+        self.completed += 1
+        if self.progress is not None:
+            self.progress[0] += 1
+
+    async def warm_up(self, indices: range) -> None:
+        """Sample each distinct prompt `warmup` times, then forget it: the router renders and
+        caches its bodies and every process warms its code paths outside the measured run."""
+        config = self.config
+        firsts = indices[: max(config.distinct_prompts, 1)]
+        warm = [i for i in firsts for _ in range(config.warmup)]
+        if not warm:
+            return
+        gate = asyncio.Semaphore(max(1, min(config.max_outstanding, 64)))
+
+        async def gated(index: int) -> None:
+            async with gate:
+                await self.one(index)
+
+        await asyncio.gather(*(gated(i) for i in warm))
+        self.warmup = {"completed": self.completed, "failed": dict(self.failed)}
+        self.completed, self.result_bytes, self.tokens = 0, 0, 0
+        self.failed.clear()
+        self.retries.clear()
+        self.examples.clear()
+        self.latencies.clear()
+        if self.progress is not None:
+            self.progress[0] = self.progress[1] = 0
+
+    # -- the run ----------------------------------------------------------------------------
+    async def run(self) -> dict[str, Any]:
+        config = self.config
+        indices = range(*config.indices)
+        local = (config.source_address, 0) if config.source_address else None
+        connector = aiohttp.TCPConnector(
+            limit=0,
+            local_addr=local,
+            keepalive_timeout=75.0,
+            happy_eyeballs_delay=None,
+            ttl_dns_cache=None,
+        )
+        started = time.monotonic()
+        async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+            self.session = session
+            try:
+                await self._call("/api/v1/client/config", {"sdk_version": "0.38.0"})
+                session_id = (
+                    await self._call(
+                        "/api/v1/create_session",
+                        {
+                            "tags": [],
+                            "user_metadata": None,
+                            "sdk_version": "0.38.0",
+                            "type": "create_session",
+                        },
+                    )
+                )["session_id"]
+                self.sampling_session_id = (
+                    await self._call(
+                        "/api/v1/create_sampling_session",
+                        {
+                            "session_id": session_id,
+                            "sampling_session_seq_id": 0,
+                            "base_model": config.base_model,
+                        },
+                    )
+                )["sampling_session_id"]
+            except Failure as failure:
+                self.failed[failure.kind] += len(indices)
+                self.examples.setdefault(failure.kind, failure.message[:300])
+                if self.progress is not None:
+                    self.progress[1], self.progress[2] = len(indices), 1
+                return self.result(time.monotonic() - started)
+            await self.warm_up(indices)
+            if self.progress is not None:
+                self.progress[2] = 1
+            while self.go is not None and not self.go.is_set():
+                await asyncio.sleep(0.01)
+            started, cpu_started = time.monotonic(), time.process_time()
+            heartbeat = asyncio.create_task(self._heartbeat(session_id))
+            submit_gate = asyncio.Semaphore(max(config.concurrency, 1))
+            self._submit = _gated(self._submit, submit_gate)
+            pending = iter(indices)
+
+            async def lane() -> None:
+                for index in pending:
+                    await self.one(index)
+
+            lanes = [
+                asyncio.create_task(lane())
+                for _ in range(min(config.max_outstanding, len(indices)))
+            ]
+            done, not_done = await asyncio.wait(lanes, timeout=config.timeout)
+            for task in not_done:
+                task.cancel()
+            await asyncio.gather(*not_done, return_exceptions=True)
+            for task in done:
+                if task.exception() is not None:
+                    self.failed["client_error"] += 1
+                    self.examples.setdefault("client_error", repr(task.exception())[:300])
+            heartbeat.cancel()
+            unfinished = len(indices) - self.completed - sum(self.failed.values())
+            if unfinished > 0:
+                self.failed["unfinished"] += unfinished
+                self.examples.setdefault("unfinished", "not done when the run's deadline passed")
+            wall = time.monotonic() - started
+        return self.result(wall, time.process_time() - cpu_started)
+
+    async def _heartbeat(self, session_id: str) -> None:
+        while True:
+            await asyncio.sleep(10)
+            try:
+                await self._post(
+                    "/api/v1/session_heartbeat", {"session_id": session_id}, timeout=10
+                )
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                self.retries["heartbeat_error"] += 1
+
+    def result(self, wall: float, cpu: float = 0.0) -> dict[str, Any]:
+        return {
+            "warmup": self.warmup,
+            "cpu_seconds": cpu,
+            "completed": self.completed,
+            "failed": dict(self.failed),
+            "retries": dict(self.retries),
+            "examples": self.examples,
+            "latencies": self.latencies,
+            "result_bytes": self.result_bytes,
+            "tokens": self.tokens,
+            "wall_seconds": wall,
+        }
+
+
+def _gated(fn, gate: asyncio.Semaphore):
+    async def wrapper(*args: Any) -> Any:
+        async with gate:
+            return await fn(*args)
+
+    return wrapper
+
+
+def run_worker(config: ClientConfig, progress: Any = None, go: Any = None) -> dict[str, Any]:
+    """Entry point of a worker process (or inline): run to completion or the timeout."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return asyncio.run(Worker(config, progress, go).run())
+    return uvloop.run(Worker(config, progress, go).run())

@@ -1,0 +1,404 @@
+"""`hotpath loadtest`: drive a sampling server like the Tinker SDK does, and report.
+
+Starts the fake router and `hotpath serve` itself (or targets `--url`), then runs `--workers`
+client processes, each bound to its own 127.0.0.x source address, that submit `--num-requests`
+samples with at most `--concurrency` asample dispatches and `--max-outstanding` samples in
+flight, poll them with 45 s timeouts, retry as the SDK retries and check every result (see
+`impl.harness.client`). While it runs: a progress bar on stderr, and a sampler of the server's
+RSS, open fds, CPU time and /healthz latency. At the end: a table, and with `--report PATH`
+the JSON report. `--compare baseline` runs the same scenario against `hotpath serve --baseline`
+and then the picked configuration, and prints them side by side with ratios. `--profile
+PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
+
+Every run is bounded: `--num-requests` and `--timeout` (unfinished samples are reported as
+such); processes are stopped by PID; all traffic stays on 127.0.0.0/8. Exit status 0 only when
+every requested sample completed and checked out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import queue
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from impl.harness import presets, procs, report
+from impl.harness.client import ClientConfig
+
+_SCENARIO_FLAGS = {
+    # flag: (Scenario field, type, help)
+    "--num-requests": ("num_requests", int, "samples to submit"),
+    "--prompt-tokens": ("prompt_tokens", int, "prompt length in tokens"),
+    "--max-tokens": ("max_tokens", int, "tokens generated per sequence"),
+    "--num-samples": ("num_samples", int, "sequences per sample (n)"),
+    "--concurrency": ("concurrency", int, "concurrent asample dispatches (the SDK's 400)"),
+    "--max-outstanding": ("max_outstanding", int, "samples in flight (submitted, not retrieved)"),
+    "--workers": ("client_workers", int, "client processes, one 127.0.0.x source address each"),
+    "--distinct-prompts": ("distinct_prompts", int, "distinct (prompt, seed) pairs cycled"),
+    "--timeout": ("timeout", float, "stop the run after this many seconds"),
+    "--poll-timeout": ("poll_timeout", float, "client timeout of one retrieve_future poll"),
+    "--router-mode": ("router_mode", str, "fake router mode: instant, barrier, latency"),
+    "--body": ("router_body", str, "fake router body: minimal or vllm"),
+    "--router-workers": ("router_workers", int, "fake router processes sharing the port"),
+    "--gen-seconds": ("gen_seconds", float, "latency mode: seconds per generation"),
+    "--max-num-seqs": ("max_num_seqs", int, "latency mode: generations at once"),
+    "--fail": ("router_fail", str, "router fault rates, e.g. 500:0.01,html:0.01,reset:0.01"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    names = ", ".join(f"{name} ({desc})" for name, (_, desc) in presets.PRESETS.items())
+    parser.add_argument(
+        "--preset",
+        default="small-2048",
+        choices=list(presets.PRESETS),
+        metavar="NAME",
+        help=f"scenario to start from: {names}",
+    )
+    for flag, (_, kind, help_text) in _SCENARIO_FLAGS.items():
+        parser.add_argument(
+            flag, type=kind, default=None, help=f"{help_text} (overrides the preset)"
+        )
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra `hotpath serve` argument (repeatable; use --server-arg=--flag)",
+    )
+    parser.add_argument("--url", help="target this running server instead of starting one")
+    parser.add_argument("--router-url", help="with --url: the router whose /stats to report")
+    parser.add_argument("--server-pid", type=int, help="with --url: sample this PID's RSS/fds/CPU")
+    parser.add_argument(
+        "--client",
+        choices=("http", "sdk"),
+        default="http",
+        help="http: the SDK-shaped aiohttp client; sdk: the real Tinker SDK",
+    )
+    parser.add_argument(
+        "--baseline", action="store_true", help="run against `hotpath serve --baseline` only"
+    )
+    parser.add_argument(
+        "--compare",
+        choices=("baseline",),
+        help="run against the baseline, then the picked configuration; show ratios",
+    )
+    parser.add_argument(
+        "--verify",
+        choices=("count", "exact"),
+        default="count",
+        help="check token counts, or the exact tokens the router generated",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="prompts, router faults, backoff jitter"
+    )
+    parser.add_argument(
+        "--tries", type=int, default=16, help="tries per request on retryable errors"
+    )
+    parser.add_argument(
+        "--backoff-base",
+        type=float,
+        default=0.25,
+        help="first retry delay in seconds (doubles per try, capped at 30 s)",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=1,
+        help="unmeasured samples per distinct prompt (and router worker) before the run",
+    )  # fmt: skip
+    parser.add_argument("--report", type=Path, help="write the JSON report here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="PREFIX",
+        help="py-spy the server: PREFIX.speedscope.json and PREFIX.svg",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def scenario_from_args(args: argparse.Namespace) -> presets.Scenario:
+    scenario = presets.get(args.preset)
+    changes = {
+        field: getattr(args, flag[2:].replace("-", "_"))
+        for flag, (field, _, _) in _SCENARIO_FLAGS.items()
+    }
+    if args.server_arg:
+        changes["server_args"] = (*scenario.server_args, *args.server_arg)
+    return scenario.with_overrides(**changes)
+
+
+def client_configs(
+    url: str,
+    scenario: presets.Scenario,
+    *,
+    seed: int = 0,
+    verify: str = "count",
+    tries: int = 16,
+    backoff_base: float = 0.25,
+    warmup: int = 1,
+) -> list[ClientConfig]:
+    """One config per worker: interleaved request indices, own source address, own share."""
+    workers = max(1, min(scenario.client_workers, scenario.num_requests, 250))
+
+    def share(total: int, w: int) -> int:
+        return max(1, total // workers + (1 if w < total % workers else 0))
+
+    return [
+        ClientConfig(
+            url=url,
+            indices=(w, scenario.num_requests, workers),
+            prompt_tokens=scenario.prompt_tokens,
+            max_tokens=scenario.max_tokens,
+            num_samples=scenario.num_samples,
+            concurrency=share(scenario.concurrency, w),
+            max_outstanding=share(scenario.max_outstanding, w),
+            distinct_prompts=scenario.distinct_prompts,
+            seed=seed,
+            poll_timeout=scenario.poll_timeout,
+            tries=tries,
+            backoff_base=backoff_base,
+            timeout=scenario.timeout,
+            source_address=f"127.0.0.{2 + w}",
+            warmup=warmup * max(1, scenario.router_workers),
+            verify=verify,
+        )
+        for w in range(workers)
+    ]
+
+
+def _worker_main(config: ClientConfig, client: str, progress: Any, go: Any, results: Any) -> None:
+    try:
+        if client == "sdk":
+            from impl.harness.sdkclient import run_sdk_worker as runner
+        else:
+            from impl.harness.client import run_worker as runner
+        result = runner(config, progress, go)
+    except BaseException as exc:  # reported, never hidden
+        result = {"crashed": f"{type(exc).__name__}: {exc}"}
+    results.put(result)
+
+
+def drive(
+    configs: list[ClientConfig],
+    *,
+    client: str = "http",
+    label: str = "",
+    progress_bar: bool = True,
+    on_go: Any = None,
+) -> dict[str, Any]:
+    """Run the workers (spawned processes) to the end; merge what they collected."""
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    results: Any = ctx.Queue()
+    counters = [ctx.Array("q", 3, lock=False) for _ in configs]  # completed, failed, ready
+    workers = [
+        ctx.Process(target=_worker_main, args=(c, client, counters[i], go, results), daemon=True)
+        for i, c in enumerate(configs)
+    ]
+    for worker in workers:
+        worker.start()
+    total = sum(len(range(*c.indices)) for c in configs)
+    timeout = max(c.timeout for c in configs)
+    setup_deadline = time.monotonic() + 300  # sessions and warm-up
+    while sum(c[2] for c in counters) < len(configs) and time.monotonic() < setup_deadline:
+        if results.qsize() if hasattr(results, "qsize") else False:
+            break  # a worker failed before it was ready
+        time.sleep(0.02)
+    if on_go is not None:
+        on_go()
+    started = time.monotonic()
+    go.set()
+    bar = _progress(total, label) if progress_bar else None
+    collected: list[dict[str, Any]] = []
+    hard_stop = started + timeout + 60
+    while len(collected) < len(workers) and time.monotonic() < hard_stop:
+        try:
+            collected.append(results.get(timeout=0.25))
+        except queue.Empty:
+            if not any(w.is_alive() for w in workers) and results.empty():
+                break
+        done = sum(c[0] + c[1] for c in counters)
+        if bar is not None and done != bar.n:
+            bar.n = done
+            bar.set_postfix(failed=sum(c[1] for c in counters), refresh=False)
+            bar.refresh()
+    wall = time.monotonic() - started
+    if bar is not None:
+        bar.close()
+    for worker in workers:
+        worker.join(5)
+        if worker.is_alive():
+            worker.kill()
+            worker.join(5)
+    return merge(collected, total=total, wall=wall)
+
+
+def _progress(total: int, label: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=label or "samples", unit="res", file=sys.stderr, mininterval=0.5)
+
+
+def merge(parts: list[dict[str, Any]], *, total: int, wall: float) -> dict[str, Any]:
+    """One run's numbers from its workers' results (a crashed worker's share counts as failed)."""
+    failed: Counter[str] = Counter()
+    retries: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    latencies: list[float] = []
+    completed = result_bytes = tokens = 0
+    cpu = 0.0
+    warm_done, warm_failed = 0, Counter()
+    for part in parts:
+        if "crashed" in part:
+            examples.setdefault("client_crash", part["crashed"])
+            continue
+        completed += part["completed"]
+        failed.update(part["failed"])
+        retries.update(part["retries"])
+        latencies.extend(part["latencies"])
+        result_bytes += part["result_bytes"]
+        tokens += part["tokens"]
+        cpu += part.get("cpu_seconds", 0.0)
+        warm_done += part.get("warmup", {}).get("completed", 0)
+        warm_failed.update(part.get("warmup", {}).get("failed", {}))
+        for kind, message in part["examples"].items():
+            examples.setdefault(kind, message)
+    missing = total - completed - sum(failed.values())
+    if missing > 0:
+        failed["client_crash"] += missing
+        examples.setdefault("client_crash", "a client worker returned no result")
+    return {
+        "requested": total,
+        "completed": completed,
+        "failed": dict(failed),
+        "retries": dict(retries),
+        "examples": examples,
+        "latencies": latencies,
+        "result_bytes": result_bytes,
+        "tokens": tokens,
+        "wall_seconds": wall,
+        "client_cpu_seconds": round(cpu, 2),
+        "warmup": {"completed": warm_done, "failed": dict(warm_failed)},
+    }
+
+
+def run_scenario(
+    scenario: presets.Scenario,
+    *,
+    label: str,
+    baseline: bool = False,
+    url: str | None = None,
+    router_url: str | None = None,
+    server_pid: int | None = None,
+    client: str = "http",
+    seed: int = 0,
+    verify: str = "count",
+    tries: int = 16,
+    backoff_base: float = 0.25,
+    warmup: int = 1,
+    profile: Path | None = None,
+    progress_bar: bool = True,
+) -> dict[str, Any]:
+    """One run: start router and server (unless `url`), drive, sample, stop; the run dict."""
+    router = server = None
+    recorders: list = []
+    commands: dict[str, list[str]] = {}
+    try:
+        if url is None:
+            router = procs.start_router([*scenario.router_args(), "--seed", str(seed)])
+            router_url = router.url
+            server = procs.start_server(router.url, baseline=baseline, extra=scenario.server_args)
+            url, server_pid = server.url, server.pid
+            commands = {"router": router.command, "server": server.command}
+        sampler = procs.Sampler(server_pid, url, router_pid=router.pid if router else None)
+        if profile is not None and server_pid:
+            recorders = procs.start_pyspy(server_pid, profile)
+        sampler.start()
+        configs = client_configs(
+            url,
+            scenario,
+            seed=seed,
+            verify=verify,
+            tries=tries,
+            backoff_base=backoff_base,
+            warmup=warmup,
+        )
+
+        def on_go() -> None:  # the measured window starts: forget the warm-up's peaks
+            sampler.restart()
+            if router_url:
+                procs.fetch_json(router_url + "/stats?reset=1")
+
+        run = drive(configs, client=client, label=label, progress_bar=progress_bar, on_go=on_go)
+        run["server"] = sampler.finish()
+        run["healthz_latencies"] = sampler.healthz_latencies
+        run["healthz"] = procs.fetch_json(url + "/healthz") or sampler.healthz
+        run["router"] = procs.fetch_json(router_url + "/stats") if router_url else None
+    except BaseException:
+        for proc in (server, router):
+            if proc is not None:
+                sys.stderr.write(f"--- {proc.name} output (tail) ---\n{proc.tail()}\n")
+        raise
+    finally:
+        procs.stop_pyspy(recorders)
+        for proc in (server, router):
+            if proc is not None:
+                proc.stop()
+    run.update(label=label, scenario=scenario.as_json(), commands=commands)
+    return run
+
+
+def run(args: argparse.Namespace) -> int:
+    from impl.bench._common import environment
+
+    scenario = scenario_from_args(args)
+    common = dict(
+        url=args.url,
+        router_url=args.router_url,
+        server_pid=args.server_pid,
+        client=args.client,
+        seed=args.seed,
+        verify=args.verify,
+        tries=args.tries,
+        backoff_base=args.backoff_base,
+        warmup=args.warmup,
+        progress_bar=not args.no_progress,
+    )
+    if args.compare and args.url:
+        print("--compare starts its own servers; it cannot be used with --url", file=sys.stderr)
+        return 2
+    runs = []
+    if args.compare == "baseline":
+        runs.append(run_scenario(scenario, label="baseline", baseline=True, **common))
+    label = "baseline" if args.baseline else ("picked" if not args.url else "server")
+    runs.append(
+        run_scenario(scenario, label=label, baseline=args.baseline, profile=args.profile, **common)
+    )
+    summaries = [report.summarize(r) for r in runs]
+    print(
+        f"\nhotpath loadtest --preset {args.preset}: {scenario.num_requests} samples x "
+        f"{scenario.num_samples} of {scenario.max_tokens} tokens, {args.client} client"
+    )
+    if len(summaries) == 2:
+        print(report.render_compare(*summaries))
+    else:
+        print(report.render_run(summaries[0]))
+    problems = [f"[{s['label']}] {p}" for s in summaries for p in report.verdict(s)]
+    for run_ in runs:
+        for kind, message in run_.get("examples", {}).items():
+            print(f"  [{run_['label']}] {kind}: {message}", file=sys.stderr)
+    if args.report:
+        data = report.report_json(runs, environment=environment())
+        data["argv"] = sys.argv
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(data, indent=1))
+        print(f"report: {args.report}")
+    if args.profile:
+        print(f"profile: {args.profile}.speedscope.json, {args.profile}.svg")
+    for problem in problems:
+        print(f"PROBLEM {problem}", file=sys.stderr)
+    return 1 if problems else 0

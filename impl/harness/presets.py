@@ -1,0 +1,127 @@
+"""Named load scenarios: DESIGN.md's end-to-end table scaled to this machine (2 cores, 20,000 fds).
+
+A `Scenario` says what the client sends (requests, prompt and output lengths, concurrency, the
+cap on outstanding samples) and how the fake router behaves (mode, body, workers). `hotpath
+loadtest --preset NAME` starts from one and every flag overrides a field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One load run: the client's side and the fake router's side."""
+
+    num_requests: int = 2048
+    prompt_tokens: int = 16
+    max_tokens: int = 16
+    num_samples: int = 1
+    #: concurrent asample dispatches (the SDK's 400)
+    concurrency: int = 400
+    #: samples submitted and not yet retrieved (the SDK's sample_max_concurrent_requests)
+    max_outstanding: int = 2048
+    #: client worker processes, each bound to its own 127.0.0.x source address
+    client_workers: int = 2
+    #: distinct (prompt, seed) pairs cycled over the requests (the router caches each body)
+    distinct_prompts: int = 64
+    #: the whole run stops after this many seconds; unfinished samples are reported
+    timeout: float = 600.0
+    #: client timeout of one retrieve_future poll (the SDK's 45 s)
+    poll_timeout: float = 45.0
+    router_mode: str = "instant"
+    router_body: str = "minimal"
+    router_workers: int = 1
+    gen_seconds: float = 0.0
+    max_num_seqs: int = 0
+    #: router fault injection, e.g. "500:0.01,reset:0.01" (empty: none)
+    router_fail: str = ""
+    #: extra `hotpath serve` flags
+    server_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def with_overrides(self, **changes: Any) -> Scenario:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["server_args"] = list(self.server_args)
+        return data
+
+    def router_args(self) -> list[str]:
+        """`hotpath router` flags for this scenario (host and port are the caller's)."""
+        args = ["--mode", self.router_mode, "--body", self.router_body]
+        if self.router_workers > 1:
+            args += ["--workers", str(self.router_workers)]
+        if self.router_mode == "latency":
+            args += ["--gen-seconds", str(self.gen_seconds)]
+            args += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.router_fail:
+            args += ["--fail", self.router_fail]
+        return args
+
+
+#: name -> (scenario, one line saying what it reproduces)
+PRESETS: dict[str, tuple[Scenario, str]] = {
+    "small-2048": (
+        Scenario(num_requests=2048, max_tokens=16, timeout=300.0),
+        "2048 small results, instant router (DESIGN: 71.6 s -> 2.7 s on 16 vCPU)",
+    ),
+    "long-512x32k": (
+        Scenario(
+            num_requests=512,
+            max_tokens=32768,
+            max_outstanding=512,
+            distinct_prompts=8,
+            timeout=900.0,
+        ),
+        "512 results of 32k tokens, minimal bodies (~340 KB each)",
+    ),
+    "long-512x262k": (
+        Scenario(
+            num_requests=512,
+            max_tokens=262144,
+            max_outstanding=128,
+            distinct_prompts=4,
+            router_body="vllm",
+            router_workers=2,
+            concurrency=128,
+            timeout=1800.0,
+        ),
+        "512 results of 262k tokens, realistic logprobs=1 vLLM bodies (~20 MB each)",
+    ),
+    "queue-32768": (
+        Scenario(
+            num_requests=32768,
+            max_outstanding=8192,
+            router_mode="latency",
+            gen_seconds=5.0,
+            max_num_seqs=2048,
+            timeout=900.0,
+            server_args=("--upstream-connections", "8192"),
+        ),
+        "32768 small results, 5 s generation, 2048 generating at once, the rest queued",
+    ),
+    "queue-131072": (
+        Scenario(
+            num_requests=131072,
+            max_outstanding=8192,
+            router_mode="latency",
+            gen_seconds=5.0,
+            max_num_seqs=2048,
+            client_workers=4,
+            timeout=3600.0,
+            server_args=("--upstream-connections", "8192"),
+        ),
+        "131072 small results, 5 s generation, 45 s re-polls; outstanding capped for 20k fds",
+    ),
+}
+
+
+def get(name: str) -> Scenario:
+    """The scenario of preset `name`; LookupError naming the known ones otherwise."""
+    try:
+        return PRESETS[name][0]
+    except KeyError:
+        raise LookupError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None

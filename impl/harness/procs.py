@@ -1,0 +1,328 @@
+"""Start, watch and stop the processes of a load run: the fake router, the server, py-spy.
+
+Every process is started here as a child on loopback and stopped by its PID (SIGTERM, then
+SIGKILL). `Sampler` is a thread that, while the load runs, samples the server's RSS, open fds and
+CPU time through psutil and the latency of `GET /healthz` on a fresh connection each time (as a
+load balancer's health check would see it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+_URL = re.compile(r"(http://[0-9.]+:[0-9]+)")
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Proc:
+    """A child process with its URL, PID and a file holding its output."""
+
+    name: str
+    url: str
+    process: subprocess.Popen = field(repr=False)
+    output: IO[bytes] = field(repr=False)
+    command: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def tail(self, size: int = 3000) -> str:
+        """The end of what the process wrote (stdout and stderr)."""
+        with contextlib.suppress(OSError, ValueError):
+            self.output.seek(0, os.SEEK_END)
+            end = self.output.tell()
+            self.output.seek(max(0, end - size))
+            return self.output.read().decode(errors="replace")
+        return ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM by PID, then SIGKILL after `timeout` seconds; idempotent."""
+        stop_pid(self.process, timeout)
+        with contextlib.suppress(OSError, ValueError):
+            self.output.close()
+
+    def __enter__(self) -> Proc:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def stop_pid(process: subprocess.Popen, timeout: float = 10.0) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout)
+    if process.stdout is not None:
+        with contextlib.suppress(OSError):
+            process.stdout.close()
+
+
+def hotpath_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "impl.cli", *args]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (for a server that cannot report a port-0 bind)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+#: how the router is started (`hotpath router`)
+ROUTER_COMMAND: list[str] = [sys.executable, "-m", "impl.cli", "router"]
+
+
+def start_router(args: list[str], *, host: str = "127.0.0.1", timeout: float = 30.0) -> Proc:
+    """`hotpath router --port 0 ARGS`; waits for its ready line (the URL it listens on)."""
+    command = [*ROUTER_COMMAND, "--host", host, "--port", "0", *args]
+    output = tempfile.TemporaryFile()  # noqa: SIM115 -- closed by Proc.stop
+    process = subprocess.Popen(command, cwd=_ROOT, stdout=subprocess.PIPE, stderr=output, text=True)
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = process.stdout.readline()
+            if not line:
+                break
+            match = _URL.search(line)
+            if match:
+                return Proc("router", match.group(1), process, output, command)
+    finally:
+        selector.close()
+    proc = Proc("router", "", process, output, command)
+    text = proc.tail()
+    proc.stop()
+    raise RuntimeError(f"router did not become ready: {' '.join(command)}\n{text}")
+
+
+def start_server(
+    router_url: str,
+    *,
+    baseline: bool = False,
+    extra: list[str] | tuple[str, ...] = (),
+    host: str = "127.0.0.1",
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+) -> Proc:
+    """`hotpath serve` on a free port; ready when GET /healthz answers 200."""
+    port = free_port(host)
+    command = hotpath_command(
+        "serve", "--host", host, "--port", str(port), "--router-url", router_url, *extra
+    )
+    if baseline:
+        command.append("--baseline")
+    output = tempfile.TemporaryFile()  # noqa: SIM115 -- closed by Proc.stop
+    process = subprocess.Popen(
+        command,
+        cwd=_ROOT,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+    proc = Proc("server", f"http://{host}:{port}", process, output, command)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        with contextlib.suppress(OSError, ValueError):
+            status, _ = get_json(proc.url + "/healthz", timeout=2.0)
+            if status == 200:
+                return proc
+        time.sleep(0.2)
+    text = proc.tail()
+    proc.stop()
+    raise RuntimeError(f"server did not become ready: {' '.join(command)}\n{text}")
+
+
+def get_json(url: str, timeout: float = 10.0) -> tuple[int, Any]:
+    """GET `url` on a fresh connection: (status, parsed JSON or None)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""))
+        response = conn.getresponse()
+        body = response.read()
+    finally:
+        conn.close()
+    try:
+        return response.status, json.loads(body)
+    except ValueError:
+        return response.status, None
+
+
+class Sampler(threading.Thread):
+    """Samples a server's RSS, fds, CPU time and /healthz latency every `interval` seconds."""
+
+    def __init__(
+        self, pid: int | None, url: str | None, interval: float = 0.5, router_pid: int | None = None
+    ) -> None:
+        super().__init__(daemon=True, name="hotpath-sampler")
+        self.pid, self.url, self.interval = pid, url, interval
+        self._router = None
+        if router_pid:
+            with contextlib.suppress(psutil.Error):
+                self._router = psutil.Process(router_pid)
+        self.peak_rss = self.peak_fds = 0
+        self.cpu_start = self.cpu_end = None
+        self.healthz_latencies: list[float] = []
+        self.healthz_failures = 0
+        self.healthz: Any = None
+        self._halt = threading.Event()
+        self._proc = None
+        if pid:
+            with contextlib.suppress(psutil.Error):
+                self._proc = psutil.Process(pid)
+        self.cpu_start = self._cpu()
+        self.router_cpu_start = self._cpu(self._router)
+
+    def _cpu(self, root: psutil.Process | None = ...) -> float | None:
+        root = self._proc if root is ... else root
+        if root is None:
+            return None
+        total = 0.0
+        with contextlib.suppress(psutil.Error):
+            for proc in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    times = proc.cpu_times()
+                    total += times.user + times.system
+        return total
+
+    def restart(self) -> None:
+        """Start the measured window now (after warm-up): CPU from here, peaks from here."""
+        self.cpu_start = self._cpu()
+        self.router_cpu_start = self._cpu(self._router)
+        self.peak_rss = self.peak_fds = 0
+        self.healthz_latencies = []
+        self.healthz_failures = 0
+
+    def _sample_process(self) -> None:
+        if self._proc is None:
+            return
+        rss = fds = 0
+        with contextlib.suppress(psutil.Error):
+            for proc in [self._proc, *self._proc.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    rss += proc.memory_info().rss
+                    fds += proc.num_fds()
+        self.peak_rss, self.peak_fds = max(self.peak_rss, rss), max(self.peak_fds, fds)
+
+    def _sample_healthz(self) -> None:
+        if not self.url:
+            return
+        started = time.perf_counter()
+        try:
+            status, body = get_json(self.url + "/healthz", timeout=10.0)
+        except (OSError, http.client.HTTPException):
+            status, body = 0, None
+        self.healthz_latencies.append(time.perf_counter() - started)
+        if status == 200:
+            self.healthz = body
+        else:
+            self.healthz_failures += 1
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            began = time.monotonic()
+            self._sample_process()
+            self._sample_healthz()
+            self._halt.wait(max(0.0, self.interval - (time.monotonic() - began)))
+
+    def finish(self) -> dict[str, Any]:
+        """Stop sampling; the figures for the report."""
+        self._halt.set()
+        if self.is_alive():
+            self.join(15)
+        self._sample_process()
+        self.cpu_end = self._cpu()
+        cpu = router_cpu = None
+        if self.cpu_start is not None and self.cpu_end is not None:
+            cpu = round(self.cpu_end - self.cpu_start, 2)
+        router_end = self._cpu(self._router)
+        if self.router_cpu_start is not None and router_end is not None:
+            router_cpu = round(router_end - self.router_cpu_start, 2)
+        return {
+            "peak_rss_bytes": self.peak_rss or None,
+            "peak_fds": self.peak_fds or None,
+            "cpu_seconds": cpu,
+            "router_cpu_seconds": router_cpu,
+            "healthz_failures": self.healthz_failures,
+        }
+
+
+def start_pyspy(pid: int, prefix: Path, *, rate: int = 100) -> list[subprocess.Popen]:
+    """Two non-blocking py-spy recorders of `pid`: PREFIX.speedscope.json and PREFIX.svg."""
+    exe = Path(sys.executable).with_name("py-spy")
+    binary = str(exe) if exe.exists() else "py-spy"
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    recorders = []
+    for fmt, suffix in (("speedscope", ".speedscope.json"), ("flamegraph", ".svg")):
+        command = [
+            binary,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(rate),
+            "--nonblocking",
+            "--subprocesses",
+            "--format",
+            fmt,
+            "-o",
+            str(prefix) + suffix,
+        ]
+        recorders.append(
+            subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        )
+    return recorders
+
+
+def stop_pyspy(recorders: list[subprocess.Popen], timeout: float = 60.0) -> None:
+    """SIGINT makes py-spy write its file; SIGKILL if it does not exit in time."""
+    for proc in recorders:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT)
+    for proc in recorders:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            stop_pid(proc, 1.0)
+
+
+def fetch_json(url: str, timeout: float = 10.0) -> Any:
+    """GET a JSON document or None (the router's /stats, the server's /healthz)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return json.loads(response.read())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,213 @@
+"""Pure functions over the numbers a load run collected: percentiles, tables, the JSON report.
+
+A *run* is the dict `impl.harness.load` assembles: `label`, `scenario`, `wall_seconds`,
+`requested`, `completed`, `failed` {class: count}, `retries` {kind: count}, `latencies`
+[seconds per completed sample], `result_bytes`, `tokens`, `server` {peak_rss_bytes, peak_fds,
+cpu_seconds}, `healthz_latencies` [seconds], `healthz` (the server's last /healthz JSON),
+`router` (the router's /stats JSON), `examples` {class: first error message}. Nothing here does
+I/O, so the tests can feed it numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from impl.bench._common import render_table
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks; None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summarize(run: dict[str, Any]) -> dict[str, Any]:
+    """The headline figures of one run (what the table shows and the JSON report keeps)."""
+    wall = run.get("wall_seconds") or 0.0
+    completed = run.get("completed", 0)
+    latencies = run.get("latencies", [])
+    healthz = run.get("healthz_latencies", [])
+    server = run.get("server") or {}
+    router = run.get("router") or {}
+    return {
+        "label": run.get("label", ""),
+        "requested": run.get("requested", 0),
+        "completed": completed,
+        "failed": sum((run.get("failed") or {}).values()),
+        "failed_by_class": dict(sorted((run.get("failed") or {}).items())),
+        "retries": dict(sorted((run.get("retries") or {}).items())),
+        "wall_seconds": wall,
+        "results_per_second": completed / wall if wall > 0 else None,
+        "mb_per_second": run.get("result_bytes", 0) / 1e6 / wall if wall > 0 else None,
+        "latency_p50": percentile(latencies, 50),
+        "latency_p90": percentile(latencies, 90),
+        "latency_p99": percentile(latencies, 99),
+        "server_peak_rss_bytes": server.get("peak_rss_bytes"),
+        "server_peak_fds": server.get("peak_fds"),
+        "server_cpu_seconds": server.get("cpu_seconds"),
+        "router_cpu_seconds": server.get("router_cpu_seconds"),
+        "client_cpu_seconds": run.get("client_cpu_seconds"),
+        "healthz_p50": percentile(healthz, 50),
+        "healthz_p99": percentile(healthz, 99),
+        "healthz_max": max(healthz) if healthz else None,
+        "healthz_failures": server.get("healthz_failures"),
+        "healthz_samples": len(healthz),
+        "router_peak_in_flight": router.get("peak_in_flight"),
+        "router_injected": router.get("injected"),
+        "picks": picks(run.get("healthz")),
+    }
+
+
+def picks(healthz: dict[str, Any] | None) -> dict[str, str]:
+    """family -> implementation name from a /healthz body (accepts a few plausible shapes)."""
+    if not isinstance(healthz, dict):
+        return {}
+    raw = healthz.get("picks") or healthz.get("implementations") or {}
+    out: dict[str, str] = {}
+    if isinstance(raw, dict):
+        for family, value in raw.items():
+            out[family] = value.get("name", str(value)) if isinstance(value, dict) else str(value)
+    elif isinstance(raw, list):
+        for item in raw:
+            if isinstance(item, dict) and "family" in item:
+                out[item["family"]] = str(item.get("name"))
+    return out
+
+
+def _fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 1:
+        return f"{value:.2f} s"
+    return f"{value * 1e3:.1f} ms"
+
+
+def _fmt_num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _fmt_mb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1e6:,.0f} MB"
+
+
+#: (row label, summary key, formatter, True when higher is better; None: no ratio)
+_ROWS: tuple[tuple[str, str, Any, bool | None], ...] = (
+    ("completed", "completed", lambda v: f"{v:,}", True),
+    ("failed", "failed", lambda v: f"{v:,}", False),
+    ("wall time", "wall_seconds", _fmt_seconds, False),
+    ("results/s", "results_per_second", _fmt_num, True),
+    ("MB/s of results", "mb_per_second", lambda v: _fmt_num(v, 2), True),
+    ("latency p50", "latency_p50", _fmt_seconds, False),
+    ("latency p90", "latency_p90", _fmt_seconds, False),
+    ("latency p99", "latency_p99", _fmt_seconds, False),
+    ("server peak RSS", "server_peak_rss_bytes", _fmt_mb, False),
+    ("server peak open fds", "server_peak_fds", lambda v: "-" if v is None else f"{v:,}", False),
+    ("server CPU seconds", "server_cpu_seconds", _fmt_num, False),
+    ("router CPU seconds", "router_cpu_seconds", _fmt_num, False),
+    ("client CPU seconds", "client_cpu_seconds", _fmt_num, False),
+    ("/healthz p50", "healthz_p50", _fmt_seconds, False),
+    ("/healthz p99", "healthz_p99", _fmt_seconds, False),
+    ("/healthz failed", "healthz_failures", lambda v: "-" if v is None else str(v), None),
+    ("router peak in flight", "router_peak_in_flight", lambda v: "-" if v is None else v, None),
+)
+
+
+def _extras(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    if summary["failed_by_class"]:
+        lines.append("failed by class: " + _kv(summary["failed_by_class"]))
+    if summary["retries"]:
+        lines.append("client retries: " + _kv(summary["retries"]))
+    if summary["router_injected"]:
+        lines.append("router injected: " + _kv(summary["router_injected"]))
+    if summary["picks"]:
+        lines.append("server picks: " + _kv(summary["picks"]))
+    return lines
+
+
+def _kv(mapping: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in mapping.items())
+
+
+def render_run(summary: dict[str, Any]) -> str:
+    """The table of one run, then its failures, retries, injected faults and picks."""
+    rows = [
+        (label, fmt(summary[key]) if summary[key] is not None else "-")
+        for label, key, fmt, _ in _ROWS
+    ]
+    table = render_table([summary["label"] or "run", "value"], rows)
+    return "\n".join([table, *_extras(summary)])
+
+
+def ratio(before: float | None, after: float | None, higher_is_better: bool) -> float | None:
+    """How many times better `after` is than `before` (>1 = better); None when undefined."""
+    if before is None or after is None or before <= 0 or after <= 0:
+        return None
+    return after / before if higher_is_better else before / after
+
+
+def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float | None]:
+    """Improvement ratio per figure (>1 means `after` is better) from two summaries."""
+    return {
+        key: ratio(before[key], after[key], better)
+        for _, key, _, better in _ROWS
+        if key not in ("completed", "failed") and better is not None
+    }
+
+
+def render_compare(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Before/after side by side with the improvement ratio per figure."""
+    ratios = compare(before, after)
+    rows = []
+    for label, key, fmt, _ in _ROWS:
+        b = fmt(before[key]) if before[key] is not None else "-"
+        a = fmt(after[key]) if after[key] is not None else "-"
+        r = ratios.get(key)
+        rows.append((label, b, a, "" if r is None else f"{r:.1f}x"))
+    table = render_table(["", before["label"], after["label"], "better by"], rows)
+    lines = [table]
+    for summary in (before, after):
+        extras = _extras(summary)
+        if extras:
+            lines.append(f"[{summary['label']}] " + "; ".join(extras))
+    return "\n".join(lines)
+
+
+def verdict(summary: dict[str, Any]) -> list[str]:
+    """What went wrong in a run (empty: every requested sample completed and checked out)."""
+    problems = []
+    if summary["failed"]:
+        problems.append(f"{summary['failed']} failed: {_kv(summary['failed_by_class'])}")
+    missing = summary["requested"] - summary["completed"] - summary["failed"]
+    if missing:
+        problems.append(f"{missing} neither completed nor failed")
+    return problems
+
+
+def report_json(
+    runs: list[dict[str, Any]], *, environment: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON report: each run's summary and raw counts (not every latency), ratios if two."""
+    out: dict[str, Any] = {"environment": environment or {}, "runs": []}
+    for run in runs:
+        out["runs"].append(
+            {
+                "summary": summarize(run),
+                "scenario": run.get("scenario"),
+                "examples": run.get("examples", {}),
+                "warmup": run.get("warmup"),
+                "healthz": run.get("healthz"),
+                "router": run.get("router"),
+                "commands": run.get("commands"),
+            }
+        )
+    if len(runs) == 2:
+        out["ratios"] = compare(out["runs"][0]["summary"], out["runs"][1]["summary"])
+    return out

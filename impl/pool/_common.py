@@ -1,0 +1,124 @@
+"""Shared pieces of the pool implementations: options, error mapping, the httpx-shaped forwarder.
+
+Timeout semantics every implementation follows (the pool contract):
+- `connect_timeout` bounds the TCP connect. Exceeding it is a `ConnectError` (nothing was sent);
+- waiting for a free slot under `max_connections` has no deadline: a request queued behind a busy
+  engine waits (DESIGN.md), as do requests queued behind the connection cap;
+- `read_timeout` bounds each gap between reads of the answer (not the whole answer): exceeding it
+  is a `ReadError`;
+- no total deadline: a request the engine is still working on waits as long as bytes keep coming
+  or the engine has not answered within `read_timeout`.
+Idle keep-alive connections are dropped by the client after `KEEPALIVE_SECONDS`, shorter than the
+upstream's keep-alive (the router keeps 75 s), so a reused connection is never one the upstream
+is closing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from impl.pool import ConnectError, ForwardError, ReadError, Reply
+
+DEFAULT_MAX_CONNECTIONS = 1024
+KEEPALIVE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Options:
+    """The pool contract's options, checked once."""
+
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    connect_timeout: float = 60.0
+    read_timeout: float = 2048.0
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+        if self.connect_timeout <= 0 or self.read_timeout <= 0:
+            raise ValueError("connect_timeout and read_timeout must be > 0 seconds")
+
+
+async def acquire_slot(slots: asyncio.Semaphore) -> None:
+    """Take one of `max_connections` slots, waiting as long as it takes (no deadline)."""
+    await slots.acquire()
+
+
+def aiohttp_error(exc: BaseException) -> ForwardError:
+    """The contract error for an aiohttp client exception (connect phase vs after sending)."""
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return ConnectError(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return ConnectError(f"invalid URL: {exc}")
+    # ServerDisconnectedError, ClientPayloadError, ClientOSError on an established connection,
+    # SocketTimeoutError (sock_read), ClientResponseError (unparseable answer): after sending.
+    return ReadError(f"{type(exc).__name__}: {exc}")
+
+
+def aiohttp_session(options: Options, **session_kwargs: Any) -> Any:
+    """An aiohttp ClientSession as the contract wants it (call inside a running event loop)."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(
+        limit=options.max_connections,
+        limit_per_host=0,  # the one cap is `limit`; the router is a single host
+        happy_eyeballs_delay=None,  # one connect attempt per request; see DESIGN.md
+        keepalive_timeout=KEEPALIVE_SECONDS,
+        ttl_dns_cache=None,
+    )
+    timeout = aiohttp.ClientTimeout(
+        total=None,
+        connect=None,  # aiohttp's `connect` includes the slot wait, which has no deadline
+        sock_connect=options.connect_timeout,
+        sock_read=options.read_timeout,
+    )
+    return aiohttp.ClientSession(
+        connector=connector, timeout=timeout, trust_env=False, **session_kwargs
+    )
+
+
+class HttpxForwarder:
+    """`post` over any httpx-API client (httpx, httpx2, httpx over the aiohttp transport)."""
+
+    def __init__(self, httpx: ModuleType, client: Any) -> None:
+        self._client = client
+        self._connect_errors = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+        self._unsent_errors = (httpx.InvalidURL, httpx.UnsupportedProtocol)
+        self._errors = (httpx.HTTPError, httpx.InvalidURL)
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+        try:
+            response = await self._client.post(url, content=body, headers=headers)
+        except self._connect_errors as exc:
+            raise ConnectError(f"{type(exc).__name__}: {exc}") from exc
+        except self._unsent_errors as exc:
+            raise ConnectError(f"invalid URL: {exc}") from exc
+        except self._errors as exc:  # ReadError, ReadTimeout, RemoteProtocolError, WriteError, ...
+            raise ReadError(f"{type(exc).__name__}: {exc}") from exc
+        return Reply(
+            response.status_code, response.content, response.headers.get("content-type", "")
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def httpx_client(httpx: ModuleType, options: Options, **kwargs: Any) -> Any:
+    """An httpx-API AsyncClient with the contract's limits and timeouts."""
+    limits = httpx.Limits(
+        max_connections=options.max_connections,
+        max_keepalive_connections=options.max_connections,  # the default 20 would churn sockets
+        keepalive_expiry=KEEPALIVE_SECONDS,
+    )
+    timeout = httpx.Timeout(
+        None,
+        connect=options.connect_timeout,
+        read=options.read_timeout,
+        pool=None,  # the wait for a free slot has no deadline
+    )
+    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False, **kwargs)

@@ -1,0 +1,132 @@
+"""`create_app(settings)`: the FastAPI app, its lifespan and its hot-path dispatch.
+
+The lifespan picks (or receives) each family's implementation by registry name, so a bad name
+fails at start-up; opens the pool, the store and the event-loop lag monitor; yields one typed
+`State` that routes read from `request.state.server` (raw routes: `scope["state"]["server"]`);
+and on shutdown wakes held polls, cancels forwards and closes the pool.
+
+`HotpathApp` sends the hot routes (asample, retrieve_future) straight to their raw ASGI
+handlers before FastAPI's middleware stack and router; every other request, and the OpenAPI
+schema, is plain FastAPI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+
+import impl.encode
+from impl.server import picks as picks_module
+from impl.server import routes
+from impl.server.baseline import BaselineStore
+from impl.server.forward import Forwarder
+from impl.server.picks import Picks
+from impl.server.routes._raw import RawRoute
+from impl.server.routes.deps import ApiError
+from impl.server.schemas import openapi_components
+from impl.server.sessions import Sessions
+from impl.server.settings import Settings
+from impl.server.state import LagMonitor, State
+from impl.server.store import MemoryStore
+
+
+class HotpathApp(FastAPI):
+    """FastAPI, except that POSTs to a RawRoute path skip the middleware stack and router."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: path -> raw ASGI handler, filled by create_app from the RawRoutes.
+        self.hot: dict[str, Any] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            handler = self.hot.get(scope["path"])
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def _store(settings: Settings, encoder: Any) -> MemoryStore:
+    options: dict[str, Any] = {
+        "completed_ttl": settings.completed_ttl,
+        "retrieved_ttl": settings.retrieved_ttl,
+        "max_outstanding": settings.max_outstanding,
+        "max_result_bytes": settings.max_result_bytes,
+    }
+    if settings.baseline:  # the old JSON dump: the reference (stdlib json) derivation
+        return BaselineStore(
+            encoder=encoder, to_json=impl.encode.json_implementation("json"), **options
+        )
+    return MemoryStore(to_json=impl.encode.proto_to_json, **options)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(
+    app: FastAPI, settings: Settings, picks: Picks | None
+) -> AsyncIterator[dict[str, State]]:
+    picks = picks or picks_module.choose(settings)
+    parts = picks_module.create(picks, settings)
+    store = _store(settings, parts["encoder"])
+    forwarder = Forwarder(
+        pool=parts["pool"],
+        decoder=parts["decoder"],
+        encoder=parts["encoder"],
+        store=store,
+        url=settings.completions_url,
+    )
+    state = State(settings, picks, store, Sessions(), forwarder, LagMonitor())
+    state.poll_hold = settings.poll_hold
+    state.retry_after = str(settings.retry_after).encode()
+    store.start()
+    state.lag.start()
+    try:
+        yield {"server": state}
+    finally:
+        state.lag.stop()
+        store.close()
+        await forwarder.aclose()
+
+
+def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+
+
+def _configure_openapi(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(
+                openapi_components()
+            )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def create_app(settings: Settings, picks: Picks | None = None) -> FastAPI:
+    """The server app (uvicorn `--factory` style: `functools.partial(create_app, settings)`)."""
+    app = HotpathApp(
+        title="hotpath",
+        version="0.1.0",
+        description="Tinker-SDK-compatible sampling API forwarding to a vLLM router.",
+        lifespan=functools.partial(lifespan, settings=settings, picks=picks),
+    )
+    app.add_exception_handler(ApiError, _api_error)
+    routes.include(app)
+    app.hot = {r.path: r.raw for r in app.router.routes if isinstance(r, RawRoute)}
+    _configure_openapi(app)
+    return app

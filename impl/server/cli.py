@@ -1,0 +1,118 @@
+"""`hotpath serve`: the Tinker-SDK-compatible sampling server (FastAPI, uvicorn, uvloop, httptools).
+
+Every option is also an environment variable (`--poll-hold` = `HOTPATH_POLL_HOLD`); a flag wins.
+Each family's implementation is picked at start-up (explicit flag or variable, else measurements
+recorded by `hotpath bench` here, else a short calibration, else a fixed preference order) and
+logged with the reason; `GET /healthz` shows the picks, store counts and event-loop lag.
+Once listening it prints one line on stdout:
+
+    hotpath-server listening on http://HOST:PORT
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from impl import registry
+from impl.server import settings as settings_module
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from impl.server.picks import Picks
+
+log = logging.getLogger("hotpath.server")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    settings_module.add_arguments(parser)
+
+
+def somaxconn() -> int | None:
+    try:
+        with open("/proc/sys/net/core/somaxconn") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def uvicorn_config(settings: settings_module.Settings, picks: Picks) -> uvicorn.Config:
+    """The uvicorn config: factory app, uvloop, httptools, backlog, keep-alive, access log."""
+    import uvicorn
+
+    from impl.accesslog import uvicorn_log_config
+    from impl.server.app import create_app
+
+    config = uvicorn.Config(
+        functools.partial(create_app, settings, picks),
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        ws="none",
+        lifespan="on",
+        backlog=settings.backlog,
+        timeout_keep_alive=settings.keep_alive,
+        timeout_graceful_shutdown=settings.shutdown_timeout,
+        log_config=uvicorn_log_config(picks.accesslog.name),
+        log_level=None,  # uvicorn would apply it to the access logger too
+        access_log=picks.accesslog.name != "null",
+    )
+    # --log-level governs uvicorn's own messages; the access log is the picked handler's.
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).setLevel(settings.log_level.upper())
+    return config
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's Server that prints the ready line once it really listens, and answers
+        held polls (try_again) as soon as shutdown starts, not after the graceful timeout."""
+
+        async def shutdown(self, sockets=None) -> None:
+            state = getattr(self.lifespan, "state", {}).get("server")
+            if state is not None:
+                state.poll_hold = 0.0
+                state.store.wake_all()
+            await super().shutdown(sockets)
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                host, port = self.servers[0].sockets[0].getsockname()[:2]
+                print(f"hotpath-server listening on http://{host}:{port}", flush=True)
+
+    return Server
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_module.from_args(args)
+    except ValueError as exc:
+        print(f"hotpath serve: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s"
+    )
+    from impl.server.picks import choose
+
+    try:
+        picks = choose(settings)
+    except (LookupError, registry.UnavailableError) as exc:
+        print(f"hotpath serve: {exc}", file=sys.stderr)
+        return 2
+    limit = somaxconn()
+    if limit is not None and settings.backlog > limit:
+        log.warning(
+            "backlog %d is capped at net.core.somaxconn = %d by the kernel", settings.backlog, limit
+        )
+    server = _server_class()(uvicorn_config(settings, picks))
+    server.run()
+    return 0 if server.started else 3

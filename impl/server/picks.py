@@ -1,0 +1,73 @@
+"""Which implementation of each family the server runs, and why (logged, shown on /healthz).
+
+Order of evidence (see `impl.pick`): an explicit flag or `HOTPATH_<FAMILY>` variable, else the
+measurements `hotpath bench` recorded on this machine, else a short start-up calibration, else
+the family's fixed preference order. `--baseline` replaces the automatic choice with the old
+configuration (explicit flags still win). The automatic access-log pick never chooses `null`
+(no access log is a comparison point, not a production setting); asking for it explicitly works.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from impl import pick, registry
+from impl.server import baseline
+from impl.server.settings import Settings
+
+log = logging.getLogger("hotpath.server")
+
+FAMILIES = ("decode", "encode", "pool", "accesslog")
+
+
+@dataclass(frozen=True)
+class Picks:
+    decode: pick.Pick
+    encode: pick.Pick
+    pool: pick.Pick
+    accesslog: pick.Pick
+
+    def as_json(self) -> dict[str, dict[str, str]]:
+        return {
+            f: {"name": getattr(self, f).name, "reason": getattr(self, f).reason} for f in FAMILIES
+        }
+
+
+def choose(settings: Settings) -> Picks:
+    """One pick per family; LookupError/UnavailableError for a bad explicit name."""
+    chosen: dict[str, pick.Pick] = {}
+    for family in FAMILIES:
+        explicit = getattr(settings, family)
+        if settings.baseline and explicit is None:
+            name = baseline.IMPLEMENTATIONS[family]
+            reason = registry.unavailable_reason(family, name)
+            if reason:
+                raise registry.UnavailableError(reason)
+            chosen[family] = pick.Pick(
+                family, name, "--baseline (the configuration before the fixes)"
+            )
+            continue
+        exclude = ("null",) if family == "accesslog" else ()
+        chosen[family] = pick.pick(family, explicit, calibrate=settings.calibrate, exclude=exclude)
+    picks = Picks(**chosen)
+    for family in FAMILIES:
+        p = getattr(picks, family)
+        log.info("pick %s=%s: %s", family, p.name, p.reason)
+    return picks
+
+
+def create(picks: Picks, settings: Settings) -> dict[str, Any]:
+    """The decoder, encoder and pool objects (call inside the running event loop)."""
+    return {
+        "decoder": registry.create("decode", picks.decode.name),
+        "encoder": registry.create("encode", picks.encode.name),
+        "pool": registry.create(
+            "pool",
+            picks.pool.name,
+            max_connections=settings.upstream_connections,
+            connect_timeout=settings.connect_timeout,
+            read_timeout=settings.read_timeout,
+        ),
+    }

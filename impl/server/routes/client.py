@@ -1,0 +1,37 @@
+"""Client configuration and telemetry: what the SDK asks before and while it samples."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from impl.server.routes.deps import AUTH_RESPONSES, AnyBody, ApiKey, ServerState
+from impl.server.schemas import (
+    ClientConfigRequest,
+    ClientConfigResponse,
+    DynamicConfigResponse,
+    TelemetryResponse,
+)
+
+router = APIRouter(prefix="/api/v1", tags=["client"], responses=AUTH_RESPONSES)
+
+
+@router.post("/client/config")
+async def client_config(
+    _: ClientConfigRequest, __: ApiKey, state: ServerState
+) -> ClientConfigResponse:
+    """Feature flags; `sample_max_concurrent_requests` caps each client's in-flight samples."""
+    return ClientConfigResponse(
+        sample_max_concurrent_requests=state.settings.sample_max_concurrent_requests
+    )
+
+
+@router.post("/client/dynamic_config")
+async def dynamic_config(_: ApiKey) -> DynamicConfigResponse:
+    """Flags the SDK re-fetches periodically (explicit cancel is off: not supported here)."""
+    return DynamicConfigResponse()
+
+
+@router.post("/telemetry")
+async def telemetry(_: ApiKey, __: AnyBody) -> TelemetryResponse:
+    """SDK telemetry: accepted and dropped."""
+    return TelemetryResponse()

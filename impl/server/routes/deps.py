@@ -1,0 +1,48 @@
+"""`Annotated` dependencies of the FastAPI routes: the server state and the API-key check."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, Request
+from fastapi.security import APIKeyHeader
+
+from impl.server.state import State
+
+
+class ApiError(Exception):
+    """An error answered as `{"detail": message}` with `status_code` (one handler in app.py)."""
+
+    def __init__(self, status_code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.detail = detail
+
+
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
+
+
+async def _api_key(key: Annotated[str | None, Depends(_api_key_header)]) -> str:
+    if not key or not key.startswith("tml-"):
+        raise ApiError(
+            401,
+            "missing or invalid API key: send an X-API-Key header whose value starts with 'tml-'",
+        )
+    return key
+
+
+async def _state(request: Request) -> State:
+    return request.state.server
+
+
+ApiKey = Annotated[str, Depends(_api_key)]
+#: A JSON object body the route accepts and ignores (telemetry, finish reasons).
+AnyBody = Annotated[dict[str, Any], Body(default_factory=dict)]
+ServerState = Annotated[State, Depends(_state)]
+
+#: Responses every authenticated route documents besides its own (FastAPI answers 400 for a
+#: body it cannot parse at all, e.g. bytes that are not UTF-8).
+AUTH_RESPONSES: dict[int | str, dict] = {
+    400: {"description": "unparseable body"},
+    401: {"description": "missing or invalid API key"},
+}

@@ -1,0 +1,237 @@
+"""The hot routes: asample and retrieve_future, pure ASGI over raw bytes (see `_raw.py`).
+
+asample validates its body with msgspec, returns `request_id` and `sample_sequence_ids` at once
+and leaves the forward to a background task; a repeated `(sampling_session_id, seq_id)` gets the
+same future. retrieve_future holds a pending poll up to `--poll-hold` seconds, then answers
+try_again; a result goes out as the stored protobuf bytes (`Accept: application/x-protobuf`) or
+as its lazily derived JSON, and only a response handed to a still-connected client starts the
+retrieved-TTL clock.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import orjson
+
+from impl.server import schemas
+from impl.server.forward import SampleRejected, build_request
+from impl.server.routes._raw import (
+    API_KEY_MESSAGE,
+    JSON,
+    MAX_BODY,
+    PROTOBUF,
+    RawRoute,
+    Receive,
+    Scope,
+    Send,
+    client_gone,
+    has_api_key,
+    header,
+    read_body,
+    respond,
+)
+from impl.server.store import FAILED, PENDING
+
+TRY_AGAIN = b'{"type":"try_again"}'
+_ASAMPLE = msgspec.json.Decoder(schemas.AsampleRequest)
+_RETRIEVE = msgspec.json.Decoder(schemas.RetrieveFutureRequest)
+
+
+def _detail(message: str) -> bytes:
+    return orjson.dumps({"detail": message})
+
+
+def _integral(value):
+    """`value` with every integral float made an int (JSON Schema's integers include 1.0)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    return value
+
+
+async def _decode(decoder: msgspec.json.Decoder, receive: Receive, send: Send):
+    """The validated body, or None after answering 400 (not JSON), 413 or 422 (wrong shape)."""
+    body = await read_body(receive)
+    if body is None:
+        await respond(send, 413, _detail(f"request body over {MAX_BODY >> 20} MiB"))
+        return None
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        if "got `float`" in str(exc):  # cold path: `2.0` where an integer is expected
+            try:
+                return msgspec.convert(_integral(orjson.loads(body)), decoder.type, strict=True)
+            except (msgspec.ValidationError, orjson.JSONDecodeError):
+                pass
+        await respond(send, 422, _detail(f"invalid request body: {exc}"))
+    except msgspec.DecodeError as exc:
+        await respond(send, 400, _detail(f"malformed JSON body: {exc}"))
+    return None
+
+
+async def asample(scope: Scope, receive: Receive, send: Send) -> None:
+    """Submit a sample: answers `request_id` and one `sample_sequence_ids` entry per sample at
+    once; the forward to the router runs in the background. A repeated
+    `(sampling_session_id, seq_id)` returns the same future. 429 with Retry-After under
+    backpressure; 404 for an unknown sampling session."""
+    if not has_api_key(scope):
+        return await respond(send, 401, API_KEY_MESSAGE)
+    request = await _decode(_ASAMPLE, receive, send)
+    if request is None:
+        return None
+    state = scope["state"]["server"]
+    model = state.sessions.base_model(request.sampling_session_id)
+    if model is None:
+        message = f"unknown sampling_session_id {request.sampling_session_id!r}: create it first"
+        return await respond(send, 404, _detail(message))
+    store = state.store
+    key = (request.sampling_session_id, request.seq_id)
+    record = await store.lookup(key)
+    if record is None:
+        busy = store.pressure()
+        if busy is not None:
+            return await respond(
+                send,
+                429,
+                _detail(f"server busy: {busy}; retry later"),
+                headers=((b"retry-after", state.retry_after),),
+            )
+        try:
+            job = build_request(request, model)
+        except SampleRejected as exc:
+            return await respond(send, 422, _detail(f"invalid request body: {exc}"))
+        record = await store.create(key, request.num_samples)
+        state.forwarder.submit(record, job)
+    body = orjson.dumps(
+        {"request_id": record.request_id, "sample_sequence_ids": record.sequence_ids}
+    )
+    return await respond(send, 200, body)
+
+
+async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
+    """Poll a sample's future. Pending: held up to the poll hold, then `{"type": "try_again"}`.
+    Done: SampleResponse protobuf for `Accept: application/x-protobuf`, else its JSON form.
+    Failed: 200 `{"error", "category"}`. Unknown or evicted request_id: 404."""
+    if not has_api_key(scope):
+        return await respond(send, 401, API_KEY_MESSAGE)
+    request = await _decode(_RETRIEVE, receive, send)
+    if request is None:
+        return None
+    state = scope["state"]["server"]
+    store = state.store
+    record = await store.get(request.request_id)
+    if record is None:
+        message = (
+            f"unknown request_id {request.request_id!r}: never submitted here, or evicted "
+            "after its retention time"
+        )
+        return await respond(send, 404, _detail(message))
+    if record.state == PENDING:
+        await store.wait(record, state.poll_hold)
+        if record.state == PENDING:
+            return await respond(send, 200, TRY_AGAIN)
+    if record.state == FAILED:
+        body = orjson.dumps({"error": record.error, "category": "server"})
+        content_type = JSON
+    elif PROTOBUF in header(scope, b"accept"):
+        body = await store.proto(record)
+        content_type = PROTOBUF
+    else:
+        body = await store.json(record)
+        content_type = JSON
+    if store.clock_starts_on_build:  # the baseline's semantics: counted before it is sent
+        await store.delivered(record)
+        return await respond(send, 200, body, content_type)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", content_type), (b"content-length", b"%d" % len(body))],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+    # An empty chunk waits for the transport to drain a large body before the check below.
+    await send({"type": "http.response.body", "body": b"", "more_body": True})
+    if not client_gone(receive):
+        await store.delivered(record)
+    await send({"type": "http.response.body", "body": b""})
+    return None
+
+
+def _operation(request: type, responses: dict[int, dict]) -> dict:
+    documented = {
+        401: ("missing or invalid API key", schemas.ErrorDetail),
+        400: ("malformed JSON body", schemas.ErrorDetail),
+        413: ("request body too large", schemas.ErrorDetail),
+        422: ("the body does not match the schema", schemas.ErrorDetail),
+    }
+    out = {
+        str(code): {"description": text, "content": schemas.json_content(schemas.ref(model))}
+        for code, (text, model) in documented.items()
+    }
+    out.update({str(code): value for code, value in responses.items()})
+    return {
+        "requestBody": {"required": True, "content": schemas.json_content(schemas.ref(request))},
+        "responses": out,
+        "security": [{"APIKeyHeader": []}],
+    }
+
+
+def _json_response(description: str, schema: dict) -> dict:
+    return {"description": description, "content": schemas.json_content(schema)}
+
+
+ASAMPLE_DOC = _operation(
+    schemas.AsampleRequest,
+    {
+        200: _json_response("the sample's future", schemas.ref(schemas.AsampleResponse)),
+        404: _json_response("unknown sampling session", schemas.ref(schemas.ErrorDetail)),
+        429: {
+            **_json_response("backpressure: retry later", schemas.ref(schemas.ErrorDetail)),
+            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+        },
+    },
+)
+RETRIEVE_DOC = _operation(
+    schemas.RetrieveFutureRequest,
+    {
+        200: {
+            "description": "the result (protobuf or JSON), a failure, or try_again",
+            "content": {
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+                "application/json": {
+                    "schema": {
+                        "anyOf": [
+                            schemas.ref(schemas.SampleResponseJSON),
+                            schemas.ref(schemas.TryAgain),
+                            schemas.ref(schemas.RequestFailed),
+                        ]
+                    }
+                },
+            },
+        },
+        404: _json_response("unknown or evicted request_id", schemas.ref(schemas.ErrorDetail)),
+    },
+)
+
+
+def routes() -> list[RawRoute]:
+    return [
+        RawRoute(
+            "/api/v1/asample",
+            asample,
+            methods=["POST"],
+            tags=["sampling"],
+            openapi_extra=ASAMPLE_DOC,
+        ),
+        RawRoute(
+            "/api/v1/retrieve_future",
+            retrieve_future,
+            methods=["POST"],
+            tags=["sampling"],
+            openapi_extra=RETRIEVE_DOC,
+        ),
+    ]

@@ -1,0 +1,65 @@
+"""Sessions and sampling sessions: created before sampling, kept alive by heartbeats."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from impl.server.routes.deps import AUTH_RESPONSES, AnyBody, ApiError, ApiKey, ServerState
+from impl.server.schemas import (
+    CreateSamplingSessionRequest,
+    CreateSamplingSessionResponse,
+    CreateSessionRequest,
+    CreateSessionResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
+
+_UNKNOWN = {404: {"description": "unknown session"}}
+router = APIRouter(prefix="/api/v1", tags=["sessions"], responses=AUTH_RESPONSES)
+
+
+def _unknown(session_id: str) -> ApiError:
+    return ApiError(
+        404, f"unknown session_id {session_id!r}: create it with /api/v1/create_session"
+    )
+
+
+@router.post("/create_session")
+async def create_session(
+    _: CreateSessionRequest, __: ApiKey, state: ServerState
+) -> CreateSessionResponse:
+    """A new session id."""
+    return CreateSessionResponse(session_id=state.sessions.create())
+
+
+@router.post("/create_sampling_session", responses=_UNKNOWN)
+async def create_sampling_session(
+    request: CreateSamplingSessionRequest, _: ApiKey, state: ServerState
+) -> CreateSamplingSessionResponse:
+    """A sampling session in a session; the same seq id gives the same sampling session id."""
+    sampling_id = state.sessions.create_sampling(
+        request.session_id, request.sampling_session_seq_id, request.base_model
+    )
+    if sampling_id is None:
+        raise _unknown(request.session_id)
+    return CreateSamplingSessionResponse(sampling_session_id=sampling_id)
+
+
+@router.post("/session_heartbeat", responses=_UNKNOWN)
+async def session_heartbeat(
+    request: HeartbeatRequest, _: ApiKey, state: ServerState
+) -> HeartbeatResponse:
+    """Keeps a session alive."""
+    if not state.sessions.heartbeat(request.session_id):
+        raise _unknown(request.session_id)
+    return HeartbeatResponse()
+
+
+@router.post("/sessions/{session_id}/finish", responses=_UNKNOWN)
+async def finish_session(
+    session_id: str, _: ApiKey, state: ServerState, __: AnyBody
+) -> dict[str, str]:
+    """Ends a session and its sampling sessions (results already submitted stay retrievable)."""
+    if not state.sessions.finish(session_id):
+        raise _unknown(session_id)
+    return {"status": "finished"}

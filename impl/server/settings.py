@@ -1,0 +1,153 @@
+"""The server's settings: one typed object built from CLI flags and `HOTPATH_*` variables.
+
+Every field is one flag (`--completed-ttl`) and one environment variable
+(`HOTPATH_COMPLETED_TTL`); a flag wins over the variable, the variable over the default. No
+instance exists at import: `hotpath serve` builds one with `from_args`, tests with `Settings(...)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+
+def _opt(default: Any, help: str, *, flag_type: type | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "type": flag_type})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything `hotpath serve` can be told; see each field's help."""
+
+    host: str = _opt("127.0.0.1", "address to listen on")
+    port: int = _opt(8000, "port to listen on (0: a free port, printed in the ready line)")
+    router_url: str = _opt(
+        "http://127.0.0.1:8001", "base URL of the vLLM router; samples go to {URL}/v1/completions"
+    )
+    baseline: bool = _opt(
+        False,
+        "run the configuration servers ran before the fixes (httpx pool, rich access log, "
+        "reference decode, validated encode, JSON converted to proto on every poll under one "
+        "lock, retrieved-TTL clock started when the response is built), for before/after runs",
+    )
+    decode: str | None = _opt(
+        None, "decode implementation (see /healthz for the pick and why)", flag_type=str
+    )
+    encode: str | None = _opt(None, "encode implementation", flag_type=str)
+    pool: str | None = _opt(None, "forwarding pool implementation", flag_type=str)
+    accesslog: str | None = _opt(
+        None, "access-log handler ('null' turns the access log off)", flag_type=str
+    )
+    calibrate: bool = _opt(
+        True, "allow a start-up calibration of a few seconds when nothing was measured here"
+    )
+    backlog: int = _opt(
+        4096,
+        "listen backlog = the most connections expected at once (net.core.somaxconn caps it)",
+    )
+    keep_alive: float = _opt(75.0, "seconds an idle client connection is kept open")
+    upstream_connections: int = _opt(1024, "most connections the pool opens to the router")
+    connect_timeout: float = _opt(60.0, "seconds to get a connection to the router")
+    read_timeout: float = _opt(2048.0, "seconds the router may stay silent while answering")
+    poll_hold: float = _opt(
+        30.0, "seconds retrieve_future holds a pending poll before answering try_again (< 45)"
+    )
+    completed_ttl: float = _opt(600.0, "seconds a completed result is kept while undelivered")
+    retrieved_ttl: float = _opt(
+        60.0, "seconds a result is kept after its response really reached the client"
+    )
+    max_outstanding: int = _opt(131072, "pending samples beyond which asample answers 429")
+    max_result_bytes: int = _opt(4 << 30, "stored result bytes beyond which asample answers 429")
+    retry_after: int = _opt(1, "seconds in the Retry-After header of a 429")
+    sample_max_concurrent_requests: int = _opt(
+        2000, "client/config's cap on each SDK client's in-flight samples"
+    )
+    shutdown_timeout: float = _opt(5.0, "seconds held polls get to finish on shutdown")
+    log_level: str = _opt("info", "uvicorn and server log level")
+
+    def __post_init__(self) -> None:
+        positive = (
+            "completed_ttl",
+            "retrieved_ttl",
+            "keep_alive",
+            "connect_timeout",
+            "read_timeout",
+            "backlog",
+            "upstream_connections",
+            "max_outstanding",
+            "max_result_bytes",
+            "sample_max_concurrent_requests",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("poll_hold", "retry_after", "shutdown_timeout", "port"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not self.router_url.startswith(("http://", "https://")):
+            raise ValueError(f"router_url must be an http(s) URL, got {self.router_url!r}")
+
+    @property
+    def completions_url(self) -> str:
+        return self.router_url.rstrip("/") + "/v1/completions"
+
+
+def env_name(name: str) -> str:
+    return "HOTPATH_" + name.upper()
+
+
+def _kind(f: Any) -> type:
+    return f.metadata.get("type") or type(f.default)
+
+
+def _parse(kind: type, raw: str, source: str) -> Any:
+    if kind is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"{source}={raw!r} is not a boolean (use 1/0, true/false)")
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{source}={raw!r} is not a valid {kind.__name__}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per field, each with its help, environment variable and default."""
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        default = "picked" if f.default is None else f.default
+        help_text = f"{f.metadata['help']} [env {env_name(f.name)}; default: {default}]"
+        help_text = help_text.replace("%", "%%")
+        if _kind(f) is bool:
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(flag, dest=f.name, type=_kind(f), default=None, help=help_text)
+
+
+def from_args(
+    args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Settings from flags (when given), else `HOTPATH_*` variables, else the defaults."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        given = getattr(args, f.name, None) if args is not None else None
+        if given is not None:
+            values[f.name] = given
+        elif env_name(f.name) in environ:
+            values[f.name] = _parse(_kind(f), environ[env_name(f.name)], env_name(f.name))
+        elif f.default is MISSING:  # pragma: no cover - every field has a default
+            raise ValueError(f"{f.name} is required")
+    return Settings(**values)

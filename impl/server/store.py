@@ -1,0 +1,322 @@
+"""The future store: one record per sample, from asample until its result is evicted.
+
+`FutureStore` is the interface the routes and the forwarder use (async, so a shared store can
+replace the embedded one later); `MemoryStore` is the embedded implementation.
+
+Retention has two clocks. A completed (or failed) result is kept `completed_ttl` seconds while
+undelivered; once its response really reached a client (`delivered`, called by the route after
+the last byte was handed to a still-connected client), it is kept `retrieved_ttl` seconds from
+then. Expiry is lazy on lookup plus a periodic sweep over two deques of deadlines (each append
+is in time order, so the sweep pops from the front: O(1) per record, no scan).
+
+Pending records hold no request body: only ids, waiters and counters. A repeated
+`(sampling_session_id, seq_id)` maps to the same record (the SDK retries with the same seq_id).
+Legacy JSON for non-protobuf clients is derived from the stored proto bytes on first use,
+cached, and computed once even when several polls miss together (one asyncio Future per record);
+large payloads are converted in a worker thread so the event loop keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+PENDING, DONE, FAILED = "pending", "done", "failed"
+#: Payloads above this many bytes are converted to JSON in a worker thread.
+THREAD_JSON_BYTES = 1 << 20
+
+Key = tuple[str, int]
+
+
+class Record:
+    """One sample's future. `payload` is SampleResponse proto bytes (or the baseline's JSON)."""
+
+    __slots__ = (
+        "deadline",
+        "error",
+        "json",
+        "json_future",
+        "key",
+        "payload",
+        "request_id",
+        "sequence_ids",
+        "size",
+        "state",
+        "waiters",
+    )
+
+    def __init__(self, request_id: str, key: Key | None, n: int) -> None:
+        self.request_id = request_id
+        self.key = key
+        self.sequence_ids = [f"{request_id}:{i}" for i in range(n)]
+        self.state = PENDING
+        self.payload: bytes | None = None
+        self.error: str | None = None
+        self.json: bytes | None = None
+        self.json_future: asyncio.Future[bytes] | None = None
+        self.waiters: list[asyncio.Future[None]] | None = None
+        self.deadline = 0.0
+        self.size = 0
+
+
+class FutureStore(Protocol):
+    """What the routes and the forwarder need from a store of sample futures."""
+
+    #: True when delivery is counted when the response is built, not when it was sent.
+    clock_starts_on_build: bool
+
+    async def lookup(self, key: Key) -> Record | None:
+        """The live record of a `(sampling_session_id, seq_id)`, if one was submitted."""
+
+    async def create(self, key: Key | None, n: int) -> Record:
+        """A new pending record with `n` sequence ids."""
+
+    async def get(self, request_id: str) -> Record | None: ...
+
+    async def complete(self, record: Record, payload: bytes) -> None: ...
+
+    async def fail(self, record: Record, message: str) -> None: ...
+
+    async def wait(self, record: Record, timeout: float) -> None:
+        """Return when `record` is no longer pending or after `timeout` seconds."""
+
+    async def proto(self, record: Record) -> bytes:
+        """A completed record's SampleResponse protobuf bytes."""
+
+    async def json(self, record: Record) -> bytes:
+        """The legacy JSON form of a completed record's payload (derived once, cached)."""
+
+    async def delivered(self, record: Record) -> None:
+        """The record's result reached a client: start the retrieved-TTL clock."""
+
+    def pressure(self) -> str | None:
+        """Why asample must be refused now (429), or None."""
+
+    def stats(self) -> dict[str, int]: ...
+
+    def start(self) -> None: ...
+
+    def wake_all(self) -> None:
+        """Release every held poll (shutdown)."""
+
+    def close(self) -> None: ...
+
+
+class MemoryStore:
+    """The embedded store: dicts and deques on the event loop (one process)."""
+
+    clock_starts_on_build = False
+
+    def __init__(
+        self,
+        *,
+        completed_ttl: float,
+        retrieved_ttl: float,
+        max_outstanding: int,
+        max_result_bytes: int,
+        to_json: Callable[[bytes], bytes],
+    ) -> None:
+        self.completed_ttl = completed_ttl
+        self.retrieved_ttl = retrieved_ttl
+        self.max_outstanding = max_outstanding
+        self.max_result_bytes = max_result_bytes
+        self.to_json = to_json
+        self.records: dict[str, Record] = {}
+        self.keys: dict[Key, Record] = {}
+        self.expiries: deque[tuple[float, Record]] = deque()  # completed_ttl deadlines
+        self.retrievals: deque[tuple[float, Record]] = deque()  # retrieved_ttl deadlines
+        self.pending = 0
+        self.stored_bytes = 0
+        self.counts = dict.fromkeys(
+            (
+                "submitted",
+                "deduplicated",
+                "completed",
+                "failed",
+                "delivered",
+                "evicted",
+                "json_derived",
+            ),
+            0,
+        )
+        self._ids = itertools.count(1)
+        self._prefix = os.urandom(4).hex()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._schedule_sweep()
+
+    def wake_all(self) -> None:
+        for record in self.records.values():
+            _wake(record)
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self.wake_all()
+
+    def _now(self) -> float:
+        return self._loop.time() if self._loop is not None else asyncio.get_running_loop().time()
+
+    def _schedule_sweep(self) -> None:
+        interval = min(1.0, self.completed_ttl / 4, self.retrieved_ttl / 4)
+        self._sweeper = self._loop.call_later(max(interval, 0.05), self._sweep_tick)
+
+    def _sweep_tick(self) -> None:
+        self.sweep()
+        self._schedule_sweep()
+
+    # -- the interface ---------------------------------------------------------------------
+    async def lookup(self, key: Key) -> Record | None:
+        record = self.keys.get(key)
+        if record is None or self._expired(record):
+            return None
+        self.counts["deduplicated"] += 1
+        return record
+
+    async def create(self, key: Key | None, n: int) -> Record:
+        record = Record(f"{self._prefix}-{next(self._ids)}", key, n)
+        self.records[record.request_id] = record
+        if key is not None:
+            self.keys[key] = record
+        self.pending += 1
+        self.counts["submitted"] += 1
+        return record
+
+    async def get(self, request_id: str) -> Record | None:
+        record = self.records.get(request_id)
+        if record is None or self._expired(record):
+            return None
+        return record
+
+    async def complete(self, record: Record, payload: bytes) -> None:
+        self._finish(record, DONE, payload, None)
+
+    async def fail(self, record: Record, message: str) -> None:
+        self._finish(record, FAILED, None, message)
+
+    async def wait(self, record: Record, timeout: float) -> None:
+        if record.state != PENDING or timeout <= 0:
+            return
+        loop = self._loop or asyncio.get_running_loop()
+        waiter = loop.create_future()
+        if record.waiters is None:
+            record.waiters = []
+        record.waiters.append(waiter)
+        timer = loop.call_later(timeout, _release, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            if not waiter.done() and record.waiters is not None:
+                record.waiters.remove(waiter)
+
+    async def proto(self, record: Record) -> bytes:
+        return record.payload
+
+    async def json(self, record: Record) -> bytes:
+        if record.json is not None:
+            return record.json
+        if record.json_future is None:  # first miss computes; concurrent misses await it
+            record.json_future = asyncio.ensure_future(self._derive_json(record))
+        return await asyncio.shield(record.json_future)
+
+    async def _derive_json(self, record: Record) -> bytes:
+        payload = record.payload
+        if len(payload) > THREAD_JSON_BYTES:
+            text = await asyncio.to_thread(self.to_json, payload)
+        else:
+            text = self.to_json(payload)
+        self.counts["json_derived"] += 1
+        if record.request_id in self.records:  # still stored: count its bytes until eviction
+            record.json = text
+            record.size += len(text)
+            self.stored_bytes += len(text)
+        return text
+
+    async def delivered(self, record: Record) -> None:
+        if record.state == PENDING or record.request_id not in self.records:
+            return
+        self.counts["delivered"] += 1
+        record.deadline = self._now() + self.retrieved_ttl
+        self.retrievals.append((record.deadline, record))
+
+    def pressure(self) -> str | None:
+        if self.pending >= self.max_outstanding:
+            return f"{self.pending} samples pending (limit {self.max_outstanding})"
+        if self.stored_bytes >= self.max_result_bytes:
+            return f"{self.stored_bytes} result bytes stored (limit {self.max_result_bytes})"
+        return None
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "records": len(self.records),
+            "pending": self.pending,
+            "stored_bytes": self.stored_bytes,
+            **self.counts,
+        }
+
+    # -- internals -------------------------------------------------------------------------
+    def _finish(self, record: Record, state: str, payload: bytes | None, error: str | None) -> None:
+        if record.state != PENDING:
+            return
+        record.state = state
+        record.payload = payload
+        record.error = error
+        self.pending -= 1
+        self.counts["completed" if state == DONE else "failed"] += 1
+        if record.request_id in self.records:
+            record.size = len(payload) if payload is not None else len(error or "")
+            self.stored_bytes += record.size
+            record.deadline = self._now() + self.completed_ttl
+            self.expiries.append((record.deadline, record))
+        _wake(record)
+
+    def _expired(self, record: Record) -> bool:
+        if record.state == PENDING or record.deadline > self._now():
+            return False
+        self._evict(record)
+        return True
+
+    def _evict(self, record: Record) -> None:
+        if self.records.pop(record.request_id, None) is None:
+            return
+        if record.key is not None and self.keys.get(record.key) is record:
+            del self.keys[record.key]
+        self.stored_bytes -= record.size
+        self.counts["evicted"] += 1
+        record.size = 0
+        record.json = None
+
+    def sweep(self) -> int:
+        """Evict every record whose current deadline has passed; the number evicted."""
+        now = self._now()
+        evicted = 0
+        for queue in (self.expiries, self.retrievals):
+            while queue and queue[0][0] <= now:
+                deadline, record = queue.popleft()
+                # A stale entry (the deadline moved since) is skipped; the record is still
+                # in the other deque under its current deadline.
+                if record.deadline == deadline and record.request_id in self.records:
+                    self._evict(record)
+                    evicted += 1
+        return evicted
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _wake(record: Record) -> None:
+    if record.waiters:
+        for waiter in record.waiters:
+            _release(waiter)
+    record.waiters = None

@@ -1,0 +1,238 @@
+"""Every decoder equals the reference on the seeded corpus (dtype, shape, bits, NaN positions)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+from decode_corpus import Case, valid_cases
+
+from impl import registry
+from impl.decode import Completion
+from impl.harness import bodies
+
+FAMILY = "decode"
+REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
+
+
+def decoder_params() -> list:
+    """Every registered name; those that cannot run here are skipped with the reason."""
+    return [
+        pytest.param(
+            name,
+            id=name,
+            marks=pytest.mark.skipif(
+                registry.unavailable_reason(FAMILY, name) is not None,
+                reason=str(registry.unavailable_reason(FAMILY, name)),
+            ),
+        )
+        for name in registry.names(FAMILY)
+    ]
+
+
+@pytest.fixture(scope="module", params=decoder_params())
+def decoder(request):
+    return registry.create(FAMILY, request.param)
+
+
+def assert_same_array(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    if got.tobytes() != want.tobytes():  # bitwise: -0.0, NaN positions and float32 rounding
+        bad = np.flatnonzero(got.view(np.uint8).reshape(-1) != want.view(np.uint8).reshape(-1))
+        raise AssertionError(
+            f"{what}: differs from the reference near element {bad[0] // got.itemsize}"
+        )
+
+
+def assert_same(got: Completion, want: Completion) -> None:
+    assert len(got.sequences) == len(want.sequences)
+    for i, (g, w) in enumerate(zip(got.sequences, want.sequences, strict=True)):
+        assert_same_array(g.tokens, w.tokens, f"sequence {i} tokens")
+        assert_same_array(g.logprobs, w.logprobs, f"sequence {i} logprobs")
+        assert g.stop_reason == w.stop_reason
+    assert (got.prompt_logprobs is None) == (want.prompt_logprobs is None)
+    if want.prompt_logprobs is not None:
+        assert_same_array(got.prompt_logprobs, want.prompt_logprobs, "prompt_logprobs")
+    assert (got.topk_prompt_logprobs is None) == (want.topk_prompt_logprobs is None)
+    if want.topk_prompt_logprobs is not None:
+        g, w = got.topk_prompt_logprobs, want.topk_prompt_logprobs
+        assert_same_array(g.token_ids, w.token_ids, "topk token_ids")
+        assert_same_array(g.logprobs, w.logprobs, "topk logprobs")
+
+
+@pytest.mark.parametrize("case", valid_cases(), ids=lambda case: case.id)
+def test_matches_reference(decoder, case: Case):
+    assert_same(
+        decoder.decode(case.body, **case.kwargs), REFERENCE.decode(case.body, **case.kwargs)
+    )
+
+
+def test_reference_reads_generated_values_exactly():
+    """The generator's arrays come back from the reference bit for bit (anchors the corpus)."""
+    prompt = [128000, 5, 6, 7]
+    for kind in ("minimal", "vllm"):
+        choices = bodies.generate(prompt, n=3, max_tokens=300, seed=11)
+        got = REFERENCE.decode(bodies.completion_body(choices, kind=kind, prompt_tokens=prompt))
+        for seq, choice in zip(got.sequences, choices, strict=True):
+            assert_same_array(seq.tokens, choice.tokens, "tokens")
+            assert_same_array(seq.logprobs, choice.logprobs, "logprobs")
+            assert seq.stop_reason == ("stop" if choice.finish_reason == "stop" else "length")
+
+
+def test_reference_semantics_by_hand():
+    """A few DESIGN.md rules checked against literal expectations, not against a decoder."""
+    body = (
+        b'{"choices":[{"index":1,"token_ids":[7],"logprobs":null,"finish_reason":"stop_token"},'
+        b'{"index":0,"token_ids":[1,2],"logprobs":{"token_logprobs":[null,-0.5]},'
+        b'"finish_reason":"abort","prompt_token_ids":[5,6,7],'
+        b'"prompt_logprobs":[null,{"6":{"logprob":-1.5,"rank":2},"9":{"logprob":-0.25,"rank":1}},'
+        b'{"8":{"logprob":-2.0,"rank":1}}]}]}'
+    )
+    got = REFERENCE.decode(body, topk_prompt_logprobs=2)
+    first, second = got.sequences
+    assert first.tokens.tolist() == [1, 2] and first.logprobs.tolist() == [0.0, -0.5]
+    assert first.stop_reason == "length" and second.stop_reason == "stop"
+    assert second.logprobs.tolist() == [0.0]
+    assert np.isnan(got.prompt_logprobs[[0, 2]]).all() and got.prompt_logprobs[1] == -1.5
+    assert got.topk_prompt_logprobs.token_ids.tolist() == [[0, 0], [9, 6], [8, 0]]
+    assert got.topk_prompt_logprobs.logprobs.tolist() == [
+        [-99999.0, -99999.0],
+        [-0.25, -1.5],
+        [-2.0, -99999.0],
+    ]
+
+
+def test_results_survive_the_next_decode(decoder):
+    """No result aliases parser memory (pysimdjson reuses its buffers on the next parse)."""
+    first_body = bodies.body_for(1000, kind="vllm", n=2, seed=1)
+    first = decoder.decode(first_body)
+    copy = [seq.logprobs.copy() for seq in first.sequences]
+    for seed in range(3):
+        decoder.decode(bodies.body_for(1000, kind="vllm", n=2, seed=seed + 2))
+    for seq, kept in zip(first.sequences, copy, strict=True):
+        assert_same_array(seq.logprobs, kept, "kept logprobs")
+    assert_same(first, REFERENCE.decode(first_body))
+
+
+def test_threads_share_one_decoder(decoder):
+    """One decoder object used from several threads at once gives the reference's results."""
+    cases = [
+        bodies.body_for(2000, kind=kind, n=2, seed=s)
+        for kind in ("minimal", "vllm")
+        for s in (1, 2)
+    ]
+    want = [REFERENCE.decode(body) for body in cases]
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                for body, expected in zip(cases, want, strict=True):
+                    assert_same(decoder.decode(body), expected)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[0]
+
+
+def test_generated_bodies_are_deterministic_and_vllm_shaped():
+    """Seeded bodies: same bytes for the same arguments, ~76–102 bytes per token, compact."""
+    assert bodies.body_for(500, kind="vllm", n=2, seed=3) == bodies.completion_body(
+        bodies.generate(
+            [128000, *np.random.default_rng(3).integers(0, 128000, 15).tolist()],
+            n=2,
+            max_tokens=500,
+            seed=3,
+        ),
+        kind="vllm",
+        prompt_tokens=[128000, *np.random.default_rng(3).integers(0, 128000, 15).tolist()],
+    )
+    a = bodies.generate([1, 2], n=2, max_tokens=50, seed=1)
+    b = bodies.generate([1, 2], n=2, max_tokens=50, seed=2)
+    assert a[0].tokens.tobytes() != b[0].tokens.tobytes()
+    body = bodies.body_for(8192, kind="vllm")
+    assert 76 <= len(body) / 8192 <= 102
+    assert b'": ' not in body[:200] and b", " not in body[:200]
+    doc = json.loads(body)
+    choice = doc["choices"][0]
+    assert list(choice)[:6] == [
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "token_ids",
+    ]
+    assert list(choice["logprobs"]) == ["text_offset", "token_logprobs", "tokens", "top_logprobs"]
+
+
+def test_generated_floats_are_python_reprs_of_float32():
+    """Token logprobs are written as repr(float(float32)): exponent forms, 0.0 and -9999.0 occur."""
+    body = bodies.body_for(8192, kind="minimal").decode()
+    start = body.index('"token_logprobs":[') + len('"token_logprobs":[')
+    texts = body[start : body.index("]", start)].split(",")
+    values = np.array([float(t) for t in texts]).astype(np.float32)
+    assert texts == [repr(float(v)) for v in values]
+    assert any("e-" in t for t in texts) and "0.0" in texts and "-9999.0" in texts
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_generated_prompt_logprobs(k):
+    """First entry null; the real token first; with k > 0 ranks 1..k all present."""
+    body = json.loads(bodies.body_for(4, kind="vllm", n=2, prompt_len=6, prompt_logprobs=k))
+    first, second = body["choices"]
+    assert first["prompt_logprobs"] == second["prompt_logprobs"]
+    entries, prompt = first["prompt_logprobs"], first["prompt_token_ids"]
+    assert entries[0] is None and len(entries) == len(prompt) == 6
+    for entry, token in zip(entries[1:], prompt[1:], strict=True):
+        assert next(iter(entry)) == str(token)
+        ranks = sorted(item["rank"] for item in entry.values())
+        if k:
+            assert set(range(1, k + 1)) <= set(ranks) and len(entry) in (k, k + 1)
+        else:
+            assert len(entry) == 1
+
+
+@pytest.mark.skipif(
+    registry.unavailable_reason(FAMILY, "orjson") is not None, reason="needs orjson"
+)
+def test_auto_dispatches_by_measured_size():
+    """auto: per size the cheapest measured candidate (never itself, never an unknown name)."""
+    rows = [
+        {"input": "small", "size_bytes": 1000, "cost": {"json": 1.0, "orjson": 2.0, "gone": 0.0}},
+        {"input": "big", "size_bytes": 10**6, "cost": {"json": 9.0, "orjson": 1.0, "auto": 0.1}},
+    ]
+    auto = registry.create(FAMILY, "auto", rows=rows)
+    assert [auto.choose(size) for size in (10, 31_000, 32_000, 10**8)] == [
+        "json",
+        "json",
+        "orjson",
+        "orjson",
+    ]
+    calls = []
+    for size in (10, 10**8):
+        inner = auto.decoder_for(size)
+        inner_decode = inner.decode
+        inner.decode = lambda body, _d=inner_decode, **kw: calls.append(len(body)) or _d(body, **kw)
+    small, big = bodies.body_for(1, kind="minimal"), bodies.body_for(100000, kind="minimal")
+    assert len(small) < 31_000 < len(big)
+    assert_same(auto.decode(small), REFERENCE.decode(small))
+    assert_same(auto.decode(big), REFERENCE.decode(big))
+    assert calls == [len(small), len(big)]
+
+
+def test_auto_without_measurements_uses_the_preference_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOTPATH_MEASUREMENTS", str(tmp_path / "none.json"))
+    from impl.decode import PREFERENCE
+
+    auto = registry.create(FAMILY, "auto")
+    first = next(name for name in PREFERENCE if name in registry.available(FAMILY))
+    assert auto.steps == [(1, first)]

@@ -1,0 +1,113 @@
+"""The harness end to end: real fake router, real `hotpath serve`, real client processes.
+
+Small scale (tens of samples) so the whole file takes well under a minute; every assertion is a
+count (never a wall-clock threshold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+
+import pytest
+
+from impl.harness import load, presets, report
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("impl.server.cli") is None, reason="the server (impl.server) is absent"
+)
+
+FAULTS = "500:0.06,html:0.06,truncate:0.06,reset:0.06"
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    load.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_router_faults_are_counted_and_no_result_is_lost():
+    """64 samples, every fault kind injected upstream: each router answer is one result."""
+    scenario = presets.Scenario(
+        num_requests=64, max_tokens=32, client_workers=2, router_fail=FAULTS, timeout=120.0
+    )
+    run = load.run_scenario(
+        scenario, label="faults", seed=18, verify="exact", warmup=0, progress_bar=False
+    )
+    summary = report.summarize(run)
+    router = run["router"]
+    injected = summary["router_injected"]
+    assert set(injected) == {"500", "html", "truncate", "reset"}, injected  # seed 18 hits all
+    assert sum(injected.values()) == router["faults"]
+    # every good upstream answer became exactly one checked result, every fault a failure
+    assert summary["completed"] == router["served"]
+    assert summary["completed"] + summary["failed"] == 64
+    assert set(run["failed"]) <= {"sample_error_server"}, run["examples"]
+    # the server retried the 5xx answers once: the router saw one request per try
+    assert router["served"] + router["faults"] >= 64
+    assert summary["server_peak_rss_bytes"] and summary["server_cpu_seconds"] is not None
+    assert summary["picks"], "the server reports its picks on /healthz"
+
+
+def test_compare_baseline_prints_both_and_writes_the_report(tmp_path, capsys):
+    """`--compare baseline`: two runs, side by side, ratios in the JSON report."""
+    path = tmp_path / "r.json"
+    code = load.run(_args([
+        "--num-requests", "32", "--workers", "1", "--compare", "baseline", "--no-progress",
+        "--verify", "exact", "--report", str(path),
+    ]))  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "baseline" in out and "picked" in out and "better by" in out
+    data = json.loads(path.read_text())
+    labels = [r["summary"]["label"] for r in data["runs"]]
+    assert labels == ["baseline", "picked"]
+    assert all(r["summary"]["completed"] == 32 for r in data["runs"])
+    assert data["runs"][0]["summary"]["picks"] != data["runs"][1]["summary"]["picks"]
+    assert data["ratios"]["results_per_second"] is not None
+
+
+def test_real_sdk_client_gets_every_token():
+    """`--client sdk`: the unmodified Tinker SDK samples through the server; exact tokens."""
+    pytest.importorskip("tinker")
+    scenario = presets.Scenario(num_requests=12, max_tokens=20, num_samples=2, client_workers=1,
+                                timeout=120.0)  # fmt: skip
+    run = load.run_scenario(scenario, label="sdk", client="sdk", verify="exact", progress_bar=False)
+    assert run["completed"] == 12, run["examples"]
+    assert run["failed"] == {}
+
+
+def test_profile_writes_speedscope_and_svg(tmp_path):
+    """`--profile PREFIX`: py-spy records the server during the run."""
+    prefix = tmp_path / "prof"
+    scenario = presets.Scenario(num_requests=200, client_workers=1, timeout=120.0)
+    run = load.run_scenario(scenario, label="p", profile=prefix, progress_bar=False)
+    assert run["completed"] == 200
+    speedscope = prefix.with_name("prof.speedscope.json")
+    assert speedscope.exists() and json.loads(speedscope.read_text())["profiles"]
+    assert prefix.with_name("prof.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+
+
+def test_realistic_bodies_from_two_router_workers():
+    """vllm bodies from 2 router processes through the server: exact tokens, n=2."""
+    scenario = presets.Scenario(
+        num_requests=16, max_tokens=3000, num_samples=2, client_workers=1, distinct_prompts=4,
+        router_body="vllm", router_workers=2, timeout=120.0,
+    )  # fmt: skip
+    run = load.run_scenario(scenario, label="vllm", verify="exact", progress_bar=False)
+    assert run["completed"] == 16, run["examples"]
+    assert run["router"]["workers"] == 2
+    assert run["tokens"] >= 16 * 3000
+
+
+def test_latency_mode_queues_behind_the_engine():
+    """Router latency mode through the server: at most max-num-seqs generate, all complete."""
+    scenario = presets.Scenario(
+        num_requests=48, client_workers=2, router_mode="latency", gen_seconds=0.2,
+        max_num_seqs=6, timeout=120.0,
+    )  # fmt: skip
+    run = load.run_scenario(scenario, label="latency", warmup=0, progress_bar=False)
+    assert run["completed"] == 48, run["examples"]
+    assert run["router"]["peak_generating"] == 6
+    assert run["router"]["peak_in_flight"] > 6  # the rest waited in the router's queue

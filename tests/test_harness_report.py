@@ -1,0 +1,113 @@
+"""The report's pure functions: percentiles, summaries, ratios, verdicts, the JSON report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from impl.harness import presets, report
+
+
+def _run(label: str, wall: float, completed: int, **extra) -> dict:
+    run = {
+        "label": label,
+        "requested": 100,
+        "completed": completed,
+        "wall_seconds": wall,
+        "failed": {},
+        "retries": {"poll_try_again": 3},
+        "latencies": [0.1 * i for i in range(1, 11)],
+        "result_bytes": 5_000_000,
+        "tokens": 1000,
+        "server": {"peak_rss_bytes": 200_000_000, "peak_fds": 50, "cpu_seconds": 4.0},
+        "healthz_latencies": [0.001] * 99 + [0.5],
+        "healthz": {
+            "picks": {"decode": {"name": "simdjson", "reason": "measured"}, "pool": "aiohttp"}
+        },
+        "router": {"peak_in_flight": 7, "injected": {"500": 2}},
+    }
+    run.update(extra)
+    return run
+
+
+def test_percentile_interpolates_between_ranks():
+    assert report.percentile([], 50) is None
+    assert report.percentile([3.0], 99) == 3.0
+    assert report.percentile([1, 2, 3, 4], 50) == pytest.approx(2.5)
+    assert report.percentile(list(range(101)), 99) == pytest.approx(99.0)
+    assert report.percentile([5, 1, 3], 0) == 1 and report.percentile([5, 1, 3], 100) == 5
+
+
+def test_summarize_figures():
+    s = report.summarize(_run("picked", wall=2.0, completed=100))
+    assert s["results_per_second"] == pytest.approx(50.0)
+    assert s["mb_per_second"] == pytest.approx(2.5)
+    assert s["latency_p50"] == pytest.approx(0.55)
+    assert s["healthz_p99"] == pytest.approx(0.001 + 0.01 * (0.5 - 0.001))  # rank 98.01
+    assert s["picks"] == {"decode": "simdjson", "pool": "aiohttp"}
+    assert s["router_peak_in_flight"] == 7 and s["router_injected"] == {"500": 2}
+    assert report.verdict(s) == []
+
+
+def test_verdict_flags_failures_and_missing_samples():
+    s = report.summarize(_run("x", wall=1.0, completed=90, failed={"lost": 4}))
+    problems = report.verdict(s)
+    assert any("4 failed" in p and "lost=4" in p for p in problems)
+    assert any("6 neither completed nor failed" in p for p in problems)
+
+
+def test_compare_ratios_are_better_by():
+    before = report.summarize(_run("baseline", wall=20.0, completed=100))
+    after = report.summarize(
+        _run(
+            "picked",
+            wall=1.0,
+            completed=100,
+            server={"peak_rss_bytes": 100_000_000, "peak_fds": 50, "cpu_seconds": 2.0},
+        )
+    )
+    ratios = report.compare(before, after)
+    assert ratios["results_per_second"] == pytest.approx(20.0)
+    assert ratios["wall_seconds"] == pytest.approx(20.0)
+    assert ratios["server_peak_rss_bytes"] == pytest.approx(2.0)
+    assert ratios["server_cpu_seconds"] == pytest.approx(2.0)
+    table = report.render_compare(before, after)
+    assert "20.0x" in table and "baseline" in table and "picked" in table
+
+
+def test_ratio_undefined_cases():
+    assert report.ratio(None, 1.0, True) is None
+    assert report.ratio(0.0, 1.0, True) is None
+    assert report.ratio(2.0, 1.0, False) == 2.0
+
+
+def test_render_run_and_json_report_are_complete():
+    runs = [_run("baseline", 10.0, 100), _run("picked", 1.0, 100)]
+    text = report.render_run(report.summarize(runs[1]))
+    for label in (
+        "completed",
+        "results/s",
+        "latency p99",
+        "server peak RSS",
+        "/healthz p99",
+        "router peak in flight",
+        "server picks: decode=simdjson",
+    ):
+        assert label in text
+    data = report.report_json(runs, environment={"python": "3.11"})
+    json.dumps(data)  # serialisable
+    assert data["ratios"]["results_per_second"] == pytest.approx(10.0)
+    assert "latencies" not in data["runs"][0]["summary"]
+
+
+def test_presets_are_bounded_and_fit_the_fd_limit():
+    for name, (scenario, description) in presets.PRESETS.items():
+        assert description
+        assert 0 < scenario.num_requests <= 131072 and scenario.timeout <= 3600, name
+        # client + server each hold one connection per outstanding sample
+        assert scenario.max_outstanding <= 16000, name
+        assert "--mode" in scenario.router_args()
+    with pytest.raises(LookupError, match="small-2048"):
+        presets.get("nope")
+    assert presets.get("small-2048").with_overrides(num_requests=5, timeout=None).num_requests == 5

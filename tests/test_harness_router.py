@@ -1,0 +1,155 @@
+"""The fake vLLM router's load-harness features: bodies, latency mode, workers, seeded faults.
+
+Each test starts `hotpath router` in its own process on port 0 and checks it over real HTTP;
+every assertion is a count or a byte comparison (never a wall-clock threshold).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import aiohttp
+import numpy as np
+import psutil
+import pytest
+
+from impl import registry
+from impl.harness import procs
+from impl.harness.bodies import completion_body, generate
+
+
+@pytest.fixture
+def router():
+    started: list[procs.Proc] = []
+
+    def start(*args: str) -> procs.Proc:
+        started.append(procs.start_router(list(args)))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def _post_many(
+    url: str, bodies: list[bytes], *, fresh: bool = False
+) -> list[tuple[int, bytes, dict]]:
+    """POST every body at once; `fresh`: one connection per request."""
+
+    async def main():
+        connector = aiohttp.TCPConnector(limit=0, force_close=fresh)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def one(body: bytes):
+                async with session.post(url + "/v1/completions", data=body) as response:
+                    return response.status, await response.read(), dict(response.headers)
+
+            return await asyncio.gather(*(one(b) for b in bodies))
+
+    return asyncio.run(main())
+
+
+def _request(
+    prompt: list[int], n: int = 1, max_tokens: int = 8, seed: int | None = 5, **extra
+) -> bytes:
+    return json.dumps(
+        {"prompt": prompt, "n": n, "max_tokens": max_tokens, "seed": seed, "logprobs": 1, **extra}
+    ).encode()
+
+
+@pytest.mark.parametrize("body", ["minimal", "vllm"])
+def test_bodies_are_the_generated_tokens_deterministically(router, body):
+    """--body: max_tokens tokens per choice, exactly `generate(prompt, seed)`, same bytes twice."""
+    r = router("--body", body)
+    prompt = [128000, 5, 6, 7]
+    requests = [_request(prompt, n=3, max_tokens=40, seed=9)] * 2 + [_request(prompt, seed=10)]
+    (s1, b1, _), (s2, b2, _), (s3, b3, _) = _post_many(r.url, requests)
+    assert s1 == s2 == s3 == 200
+    assert b1 == b2 and b1 != b3
+    expected = generate(prompt, n=3, max_tokens=40, seed=9)
+    assert b1 == completion_body(expected, kind=body, prompt_tokens=prompt)
+    decoder = registry.create("decode", registry.reference("decode"))
+    completion = decoder.decode(b1)
+    assert len(completion.sequences[0].tokens) == 40
+    for seq, choice in zip(completion.sequences, expected, strict=True):
+        np.testing.assert_array_equal(seq.tokens, choice.tokens)
+    assert r and procs.fetch_json(r.url + "/stats")["rendered"] == 2  # cached: 2 distinct keys
+
+
+def test_prompt_logprobs_when_asked(router):
+    r = router("--body", "vllm")
+    prompt = [128000, 11, 12]
+    [(status, body, _)] = _post_many(r.url, [_request(prompt, prompt_logprobs=2)])
+    assert status == 200
+    choice = json.loads(body)["choices"][0]
+    assert choice["prompt_logprobs"][0] is None and len(choice["prompt_logprobs"]) == 3
+    [(_, plain, _)] = _post_many(r.url, [_request(prompt)])
+    assert json.loads(plain)["choices"][0]["prompt_logprobs"] is None
+
+
+def test_bad_requests_are_refused_like_the_router(router):
+    r = router("--body", "minimal")
+    replies = _post_many(r.url, [b'{"prompt": [1', _request([1], logprobs=True), b'{"n": 1}'])
+    assert [status for status, _, _ in replies] == [400, 422, 422]
+    assert b"boolean" in replies[1][1]
+
+
+def test_latency_mode_caps_generations_and_queues_the_rest(router):
+    """--mode latency: at most --max-num-seqs generate at once, the others wait (in flight)."""
+    r = router(
+        "--mode", "latency", "--max-num-seqs", "3", "--gen-seconds", "0.3", "--body", "minimal"
+    )
+    replies = _post_many(r.url, [_request([1, i]) for i in range(10)])
+    assert all(status == 200 for status, _, _ in replies)
+    stats = procs.fetch_json(r.url + "/stats")
+    assert stats["peak_generating"] == 3
+    assert stats["peak_in_flight"] == 10 and stats["served"] == 10
+
+
+def test_seeded_faults_are_deterministic_and_reported(router):
+    """--fail with --seed: the n-th request's fault is the n-th draw; /stats counts each kind."""
+    spec = {"500": 0.2, "html": 0.2, "truncate": 0.1, "reset": 0.1}
+    r = router("--body", "minimal", "--seed", "4",
+               "--fail", ",".join(f"{k}:{v}" for k, v in spec.items()))  # fmt: skip
+    count = 60
+    _post_many_sequential(r.url, count)
+    rng, expected = random.Random(4), {}
+    for _ in range(count):
+        for kind, rate in spec.items():
+            if rng.random() < rate:
+                expected[kind] = expected.get(kind, 0) + 1
+                break
+    stats = procs.fetch_json(r.url + "/stats")
+    assert stats["injected"] == expected
+    assert stats["faults"] == sum(expected.values())
+    assert stats["served"] == count - stats["faults"]
+
+
+def _post_many_sequential(url: str, count: int) -> None:
+    async def main():
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+            for i in range(count):
+                try:
+                    async with s.post(url + "/v1/completions", data=_request([1, i])) as response:
+                        await response.read()
+                except aiohttp.ClientError:
+                    pass  # truncate and reset faults
+
+    asyncio.run(main())
+
+
+def test_workers_share_the_port_and_the_stats(router):
+    """--workers 2: both processes answer, /stats sums both, stopping the router stops both."""
+    r = router("--workers", "2", "--body", "minimal")
+    children = psutil.Process(r.pid).children()
+    assert len(children) == 1
+    replies = _post_many(r.url, [_request([1, i]) for i in range(40)], fresh=True)
+    assert {headers["X-Hotpath-Worker"] for _, _, headers in replies} == {"0", "1"}
+    stats = procs.fetch_json(r.url + "/stats")
+    assert stats["served"] == 40 and stats["workers"] == 2
+    r.stop()
+    assert not any(
+        child.is_running() and child.status() != psutil.STATUS_ZOMBIE for child in children
+    )

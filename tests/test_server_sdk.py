@@ -1,0 +1,167 @@
+"""The unmodified Tinker SDK (0.38) samples through `hotpath serve` and gets exactly what the
+upstream sent: tokens, float32 logprobs, prompt logprobs and top-k prompt logprobs.
+
+Real processes: the stand-in vLLM upstream (tests/_fake_vllm.py) and the server, each on a
+loopback port; the SDK talks HTTP to the server in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import numpy as np
+import pytest
+from _server import API_KEY, start_server, start_upstream
+
+from impl.harness import bodies
+
+tinker = pytest.importorskip(
+    "tinker", reason="the real-SDK tests need `pip install 'hotpath[sdk]'`"
+)
+from tinker import types  # noqa: E402
+
+os.environ.setdefault("TINKER_TELEMETRY", "0")
+
+CASES = [  # (n, prompt_logprobs, topk_prompt_logprobs)
+    pytest.param(1, False, 0, id="n1"),
+    pytest.param(3, False, 0, id="n3"),
+    pytest.param(1, True, 0, id="n1-prompt_logprobs"),
+    pytest.param(3, True, 3, id="n3-prompt_logprobs-topk3"),
+    pytest.param(2, False, 2, id="n2-topk2-only"),
+]
+
+
+@pytest.fixture(scope="module", params=["fast", "baseline"])
+def stack(request):
+    """(upstream, server) processes; the server in its picked or its --baseline configuration."""
+    args = ("--baseline",) if request.param == "baseline" else ()
+    with start_upstream() as upstream, start_server(upstream.url, *args) as server:
+        yield upstream, server
+
+
+@pytest.fixture(scope="module")
+def sampler(stack):
+    _, server = stack
+    service = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
+    client = service.create_sampling_client(base_model="fake/model").result()
+    yield client
+    service.close("success").result(timeout=30)  # POST /api/v1/sessions/{id}/finish
+
+
+def _sent(upstream, seed: int) -> dict:
+    """The one request with `seed` the upstream answered with a body, and that body."""
+    matches = [e for e in upstream.get("/sent") if e["request"].get("seed") == seed and e["body"]]
+    assert len(matches) == 1, f"expected one forward for seed {seed}, got {len(matches)}"
+    return {"request": matches[0]["request"], "body": json.loads(matches[0]["body"])}
+
+
+def _check(
+    response,
+    upstream,
+    *,
+    seed: int,
+    prompt: list[int],
+    n: int,
+    max_tokens: int,
+    prompt_logprobs: bool,
+    topk: int,
+) -> None:
+    sent = _sent(upstream, seed)
+    assert sent["request"]["n"] == n and sent["request"]["prompt"] == prompt
+    assert sent["request"]["logprobs"] == 1 and sent["request"]["return_token_ids"] is True
+    expected = bodies.generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
+    assert len(response.sequences) == n
+    for seq, want, choice in zip(
+        response.sequences, expected, sent["body"]["choices"], strict=True
+    ):
+        assert np.array_equal(seq.tokens_np, want.tokens)
+        assert seq.tokens == choice["token_ids"]
+        assert seq.logprobs_np.dtype == np.float32
+        assert np.array_equal(seq.logprobs_np, want.logprobs)
+        assert seq.stop_reason == ("stop" if choice["finish_reason"] == "stop" else "length")
+        assert seq.sequence_id
+    positions = sent["body"]["choices"][0]["prompt_logprobs"]
+    if prompt_logprobs:
+        want = [None] + [
+            float(np.float32(positions[i][str(t)]["logprob"]))
+            for i, t in enumerate(prompt)
+            if i > 0
+        ]
+        assert response.prompt_logprobs == want
+    else:
+        assert response.prompt_logprobs is None
+    if topk:
+        rows = [None]
+        for entry in positions[1:]:
+            ranked = sorted(
+                (v["rank"], int(tok), v["logprob"])
+                for tok, v in entry.items()
+                if 1 <= v["rank"] <= topk
+            )
+            rows.append([(tok, float(np.float32(lp))) for _, tok, lp in ranked])
+        assert response.topk_prompt_logprobs == rows
+    else:
+        assert response.topk_prompt_logprobs is None
+
+
+@pytest.mark.parametrize(("n", "prompt_logprobs", "topk"), CASES)
+def test_sdk_sample_sync(stack, sampler, n, prompt_logprobs, topk):
+    """`SamplingClient.sample(...).result()` gets exactly the upstream's tokens and logprobs."""
+    upstream, _ = stack
+    seed = 1000 + n * 10 + prompt_logprobs * 5 + topk
+    prompt = [128000, 11, 22, 33, 44, 55]
+    future = sampler.sample(
+        prompt=types.ModelInput.from_ints(prompt),
+        sampling_params=types.SamplingParams(max_tokens=12, seed=seed, temperature=0.7),
+        num_samples=n,
+        include_prompt_logprobs=prompt_logprobs,
+        topk_prompt_logprobs=topk,
+    )
+    response = future.result(timeout=60)
+    _check(
+        response,
+        upstream,
+        seed=seed,
+        prompt=prompt,
+        n=n,
+        max_tokens=12,
+        prompt_logprobs=prompt_logprobs,
+        topk=topk,
+    )
+
+
+@pytest.mark.parametrize(("n", "prompt_logprobs", "topk"), CASES)
+def test_sdk_sample_async(stack, sampler, n, prompt_logprobs, topk):
+    """`await SamplingClient.sample(...)` (several at once) gets exactly the same data."""
+    upstream, _ = stack
+    prompts = [[128000, 7, 8, 9 + i] for i in range(3)]
+    seeds = [2000 + n * 100 + prompt_logprobs * 50 + topk * 10 + i for i in range(3)]
+
+    async def sample_all():
+        return await asyncio.gather(
+            *(
+                sampler.sample(
+                    prompt=types.ModelInput.from_ints(prompt),
+                    sampling_params=types.SamplingParams(max_tokens=20, seed=seed),
+                    num_samples=n,
+                    include_prompt_logprobs=prompt_logprobs,
+                    topk_prompt_logprobs=topk,
+                )
+                for prompt, seed in zip(prompts, seeds, strict=True)
+            )
+        )
+
+    responses = asyncio.run(asyncio.wait_for(sample_all(), 60))
+    for response, prompt, seed in zip(responses, prompts, seeds, strict=True):
+        _check(
+            response,
+            upstream,
+            seed=seed,
+            prompt=prompt,
+            n=n,
+            max_tokens=20,
+            prompt_logprobs=prompt_logprobs,
+            topk=topk,
+        )

@@ -1,0 +1,130 @@
+"""Settings from flags and HOTPATH_* variables, the picks, and the uvicorn configuration."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+from _server import ROOT
+
+from impl import pick, registry
+from impl.server import cli, picks
+from impl.server.settings import Settings, add_arguments, env_name, from_args
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser
+
+
+def test_every_field_is_a_flag_with_help_and_env():
+    parser = _parser()
+    actions = {a.dest: a for a in parser._actions if a.dest != "help"}
+    for field in dataclasses.fields(Settings):
+        action = actions[field.name]
+        assert action.option_strings[0] == "--" + field.name.replace("_", "-")
+        assert action.help and env_name(field.name) in action.help
+
+
+def test_flag_beats_env_beats_default():
+    env = {"HOTPATH_POLL_HOLD": "12.5", "HOTPATH_PORT": "9001", "HOTPATH_BASELINE": "true"}
+    settings = from_args(_parser().parse_args(["--port", "9002"]), env)
+    assert settings.port == 9002  # flag
+    assert settings.poll_hold == 12.5  # env
+    assert settings.baseline is True  # env bool
+    assert settings.retrieved_ttl == Settings().retrieved_ttl  # default
+    assert from_args(_parser().parse_args(["--no-baseline"]), env).baseline is False
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"HOTPATH_PORT": "http"}, "HOTPATH_PORT='http' is not a valid int"),
+        ({"HOTPATH_BASELINE": "maybe"}, "not a boolean"),
+        ({"HOTPATH_RETRIEVED_TTL": "0"}, "retrieved_ttl must be > 0"),
+        ({"HOTPATH_ROUTER_URL": "127.0.0.1:8001"}, "router_url must be an http(s) URL"),
+    ],
+)
+def test_bad_values_say_what_is_wrong(env, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        from_args(_parser().parse_args([]), env)
+
+
+def test_serve_help_explains_every_option():
+    out = subprocess.run(
+        [sys.executable, "-m", "impl.cli", "serve", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for field in dataclasses.fields(Settings):
+        assert "--" + field.name.replace("_", "-") in out
+        assert env_name(field.name) in out
+
+
+def test_bad_implementation_name_fails_at_startup():
+    done = subprocess.run(
+        [sys.executable, "-m", "impl.cli", "serve", "--port", "0", "--decode", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "no decode implementation 'nope'" in done.stderr and "json" in done.stderr
+
+
+@pytest.fixture
+def no_measurements(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOTPATH_MEASUREMENTS", str(tmp_path / "measurements.json"))
+    for family in picks.FAMILIES:
+        monkeypatch.delenv(f"HOTPATH_{family.upper()}", raising=False)
+    return tmp_path
+
+
+def test_picks_follow_preference_and_never_choose_null_access_log(no_measurements):
+    chosen = picks.choose(Settings(calibrate=False))
+    for family in picks.FAMILIES:
+        p = getattr(chosen, family)
+        assert p.name in registry.available(family)
+        assert p.reason
+    # Even when measurements say "no access log" is cheapest, it is not picked automatically.
+    pick.record(
+        "accesslog",
+        [{"input": "x", "size_bytes": None, "cost": {"null": 0.1, "plain": 1.0, "rich": 9.0}}],
+    )
+    chosen = picks.choose(Settings(calibrate=False))
+    assert chosen.accesslog.name != "null"
+    assert "measurements" in chosen.accesslog.reason
+    assert picks.choose(Settings(calibrate=False, accesslog="null")).accesslog.name == "null"
+
+
+def test_baseline_picks(no_measurements):
+    chosen = picks.choose(Settings(baseline=True, calibrate=False))
+    assert {f: getattr(chosen, f).name for f in picks.FAMILIES} == {
+        "decode": "json",
+        "encode": "validated",
+        "pool": "httpx",
+        "accesslog": "rich",
+    }
+    # An explicit flag still wins over --baseline.
+    assert (
+        picks.choose(Settings(baseline=True, calibrate=False, pool="aiohttp")).pool.name
+        == "aiohttp"
+    )
+
+
+def test_uvicorn_configuration(no_measurements):
+    settings = Settings(calibrate=False)
+    config = cli.uvicorn_config(settings, picks.choose(settings))
+    assert config.factory is True
+    assert config.loop == "uvloop" and config.http == "httptools"
+    assert config.backlog == 4096  # the connection limit, not uvicorn's 2048
+    assert config.timeout_keep_alive == 75
+    handlers = config.log_config["loggers"]["uvicorn.access"]["handlers"]
+    assert handlers == ["access"]
