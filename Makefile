@@ -57,7 +57,7 @@ dashboard: $(STAMP)
 	@echo "  (or $(BIN)/asv preview, which listens on every interface)"
 
 perf: $(STAMP)
-	$(BIN)/python -m pytest perf -p no:cacheprovider --benchmark-sort=median --benchmark-columns=min,median,iqr,ops,rounds $(ARGS)
+	$(BIN)/python -m pytest perf -p no:cacheprovider --benchmark-columns=min,median,iqr,ops,rounds $(ARGS)
 
 gate: $(STAMP)
 	$(BIN)/python -m impl.bench.gate $(ARGS)

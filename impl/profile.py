@@ -196,7 +196,9 @@ def _record(pid: int, out: Path, fmt: str, *, seconds: float, rate: int, native:
     command += ["--duration", str(max(1, round(seconds))), "--format", fmt, "-o", str(out)]
     if native:
         command.append("--native")
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:  # e.g. no ptrace permission (containers need CAP_SYS_PTRACE)
+        raise RuntimeError(f"py-spy failed ({shlex.join(command)}):\n{done.stderr[-2000:]}")
 
 
 def profile_family(args: argparse.Namespace) -> Path:
@@ -381,7 +383,7 @@ def summarize(path: Path) -> dict[str, Any]:
     all_w = all_w or 1.0
 
     def shares(weights: dict[str, float]) -> list[tuple[str, float]]:
-        return sorted(((k, v / all_w) for k, v in weights.items()), key=lambda kv: -kv[1])
+        return sorted(((k, v / all_w) for k, v in weights.items()), key=lambda kv: (-kv[1], kv[0]))
 
     for key in [k for k in total_w if k.startswith("<unresolved>") or _HARNESS.search(k)]:
         del total_w[key]  # the loop's own frames and thread roots sit on every stack

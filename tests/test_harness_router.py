@@ -153,3 +153,13 @@ def test_workers_share_the_port_and_the_stats(router):
     assert not any(
         child.is_running() and child.status() != psutil.STATUS_ZOMBIE for child in children
     )
+
+
+def test_body_cache_is_bounded(router):
+    """--cache-mb 0 keeps only the newest body: A, B, A renders three times (default: twice)."""
+    small, bounded = router("--body", "minimal"), router("--body", "minimal", "--cache-mb", "0")
+    for r in (small, bounded):
+        for prompt in ([1, 2], [3, 4], [1, 2]):
+            assert _post_many(r.url, [_request(prompt)])[0][0] == 200
+    assert procs.fetch_json(small.url + "/stats")["rendered"] == 2
+    assert procs.fetch_json(bounded.url + "/stats")["rendered"] == 3

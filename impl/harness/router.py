@@ -5,14 +5,28 @@
 - `instant`: at once;
 - `delay`: after `--delay` seconds;
 - `barrier`: every response is held until `--barrier N` requests have arrived, then those N are
-  released together, then the next N, and so on (so exactly N requests are in flight at once).
+  released together, then the next N, and so on (so exactly N requests are in flight at once);
+- `latency`: an engine of `--max-num-seqs` slots: each request generates for `--gen-seconds`
+  in a free slot; the others wait in FIFO order (with `--workers N`, each worker process runs
+  `max-num-seqs / N` slots).
 
-The answer is `--body-bytes N` bytes of filler JSON (`application/json`; 0 = an empty body).
+The answer: with `--body minimal|vllm`, a vLLM completion body for the request (see
+`impl.harness.bodies`: `minimal` = text, token_ids and token_logprobs; `vllm` = the realistic
+logprobs=1 body with tokens, top_logprobs and text_offset, prompt_logprobs when asked) with
+`max_tokens` tokens per choice, deterministic for (prompt, n, max_tokens, seed, prompt_logprobs)
+(a missing seed counts as 0), rendered once and cached (`--cache-mb` per worker). A malformed
+request is refused as the router does: 400 for malformed JSON, 422 for a bad field (`logprobs`
+given as a boolean, no prompt). Without `--body`, `--body-bytes N` bytes of filler JSON
+(`application/json`; 0 = an empty body).
+
 `GET /stats` gives JSON `{served, in_flight, peak_in_flight, connections, peak_connections,
-faults}` (`?reset=1` zeroes the peaks and counters after reading them); `GET /healthz` gives
-`{"ok": true}`. `connections`/`peak_connections` count open connections that have carried a
-`/v1/completions` request (from its first request until the socket closes; /stats and /healthz
-polls are left out), so a client's connection cap is seen from the upstream's side.
+faults, generating, peak_generating, rendered, injected: {kind: count}, workers}` (`?reset=1`
+zeroes the peaks and counters after reading them); `GET /healthz` gives `{"ok": true}`.
+Connections are counted at the socket (those that carried a completion request, so `/stats`
+polls do not count), so a client's connection cap is seen from the upstream's side. With
+`--workers N` the figures are the sum over all worker processes (they share one counter array
+under one lock), and `peak_in_flight` is the true peak of the sum.
+Each answer carries `X-Hotpath-Worker: i`.
 
 Faults, for deterministic tests per request (header) or at random rates (`--fail`):
 
@@ -22,31 +36,49 @@ Faults, for deterministic tests per request (header) or at random rates (`--fail
     X-Hotpath-Fault: reset      the request is read, then the connection is reset (TCP RST)
     --fail 500:0.01,html:0.01,truncate:0.01,reset:0.01   the same at random (seeded by --seed)
 
+Random faults are drawn per request in arrival order from `random.Random(seed)` (worker i of
+`--workers` uses seed + i); `/stats` reports how many of each kind were injected.
+
 Other per-request headers: `X-Hotpath-Body-Bytes: N` (this answer's size), `X-Hotpath-Delay: S`
 (extra seconds before answering, any mode), `X-Hotpath-Echo: 1` (answer with the request body).
 
-Readiness (stable, machine-readable): once listening, the process prints exactly one line on
-stdout and flushes it:
+Readiness (stable, machine-readable): once listening (every worker), the process prints exactly
+one line on stdout and flushes it:
 
     hotpath-router listening on http://127.0.0.1:PORT
 
-`--port 0` picks a free port (the line says which). SIGTERM/SIGINT stop it. The listen backlog
-is `--backlog` (default 16384; the kernel caps it at net.core.somaxconn) so a burst of connects
-is not dropped.
+`--port 0` picks a free port (the line says which). SIGTERM/SIGINT stop it (and its workers).
+The listen backlog is `--backlog` (default 16384; the kernel caps it at net.core.somaxconn) so a
+burst of connects is not dropped. `--workers N` runs N processes sharing the port
+(SO_REUSEPORT): one process cannot serve many 20 MB bodies per second.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
+import multiprocessing
+import os
 import random
 import signal
 import socket
 import struct
-from dataclasses import asdict, dataclass
+from collections import OrderedDict
 from functools import cache
+from typing import Any
 
 from aiohttp import web
+
+try:
+    import orjson
+
+    _loads, _JSONError = orjson.loads, orjson.JSONDecodeError
+except ImportError:  # pragma: no cover - orjson is in the server extra
+    import json
+
+    _loads, _JSONError = json.loads, json.JSONDecodeError
 
 FAULTS = ("500", "html", "truncate", "reset")
 _HTML = b"<html><head><title>502 Bad Gateway</title></head><body>bad gateway</body></html>"
@@ -75,63 +107,165 @@ def parse_faults(spec: str | None) -> dict[str, float]:
     return rates
 
 
-@dataclass
-class Stats:
-    served: int = 0
-    in_flight: int = 0
-    peak_in_flight: int = 0
-    connections: int = 0
-    peak_connections: int = 0
-    faults: int = 0
+_FIELDS = (
+    "served", "in_flight", "peak_in_flight", "connections", "peak_connections", "faults",
+    "generating", "peak_generating", "rendered", *(f"injected_{kind}" for kind in FAULTS),
+)  # fmt: skip
+_INDEX = {name: i for i, name in enumerate(_FIELDS)}
+_PEAK = {
+    "in_flight": "peak_in_flight",
+    "connections": "peak_connections",
+    "generating": "peak_generating",
+}
 
-    def reset(self) -> None:
-        self.served = self.faults = 0
-        self.peak_in_flight = self.in_flight
-        self.peak_connections = self.connections
+
+class Stats:
+    """Counters in one int64 array under one lock, shared by every worker process (fork)."""
+
+    def __init__(self, workers: int = 1) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._values = ctx.RawArray("q", len(_FIELDS))
+        self._lock = ctx.Lock()
+        self.workers = workers
+
+    def add(self, name: str, delta: int = 1) -> None:
+        values, i = self._values, _INDEX[name]
+        with self._lock:
+            values[i] += delta
+            peak = _PEAK.get(name)
+            if peak is not None and values[i] > values[_INDEX[peak]]:
+                values[_INDEX[peak]] = values[i]
+
+    def snapshot(self, *, reset: bool = False) -> dict[str, Any]:
+        with self._lock:
+            data = dict(zip(_FIELDS, self._values, strict=True))
+            if reset:
+                for name in ("served", "faults", *(f"injected_{k}" for k in FAULTS)):
+                    self._values[_INDEX[name]] = 0
+                for name, peak in _PEAK.items():
+                    self._values[_INDEX[peak]] = self._values[_INDEX[name]]
+        out = {k: v for k, v in data.items() if not k.startswith("injected_")}
+        out["injected"] = {k: data[f"injected_{k}"] for k in FAULTS if data[f"injected_{k}"]}
+        out["workers"] = self.workers
+        return out
 
 
 class _CountingServer(web.Server):
-    """aiohttp's low-level server, counting open connections that carried a completion request."""
+    """aiohttp's low-level server, counting open connections that carried a completion request.
+
+    Counting at the socket but only connections that carried a `/v1/completions` request keeps
+    a client's own `/stats` and `/healthz` polls out of the count, so an idle upstream reads 0.
+    """
 
     def __init__(self, handler, stats: Stats, **kwargs) -> None:
         super().__init__(handler, **kwargs)
         self._stats = stats
-        self._upstream: set[object] = set()
+        self._counted: set[Any] = set()
 
-    def count(self, protocol: object) -> None:
-        """Called on each completion request: counts its connection once."""
-        if protocol not in self._upstream:
-            self._upstream.add(protocol)
-            stats = self._stats
-            stats.connections += 1
-            stats.peak_connections = max(stats.peak_connections, stats.connections)
+    def count_connection(self, handler: Any) -> None:
+        """Count a connection (its protocol handler) once, when it first carries a completion."""
+        if handler is not None and handler not in self._counted:
+            self._counted.add(handler)
+            self._stats.add("connections")
 
     def connection_lost(self, handler, exc=None) -> None:
         super().connection_lost(handler, exc)
-        if handler in self._upstream:
-            self._upstream.discard(handler)
-            self._stats.connections -= 1
+        if handler in self._counted:
+            self._counted.discard(handler)
+            self._stats.add("connections", -1)
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status, self.text = status, text
+
+
+class Bodies:
+    """Rendered completion bodies, cached by request key (LRU within a byte budget)."""
+
+    def __init__(self, kind: str, budget_bytes: int, stats: Stats) -> None:
+        self.kind, self.budget, self.stats = kind, budget_bytes, stats
+        self._cache: OrderedDict[tuple, Any] = OrderedDict()
+        self._bytes = 0
+
+    @staticmethod
+    def key(payload: bytes) -> tuple:
+        """(prompt, n, max_tokens, seed, prompt_logprobs) of a request, or _BadRequest."""
+        try:
+            request = _loads(payload)
+        except (_JSONError, UnicodeDecodeError):
+            raise _BadRequest(400, "malformed JSON in request body") from None
+        if not isinstance(request, dict):
+            raise _BadRequest(400, "request body must be a JSON object")
+        prompt = request.get("prompt")
+        if not isinstance(prompt, list) or not all(type(t) is int for t in prompt):
+            raise _BadRequest(422, "prompt: a list of token ids is required")
+        if isinstance(request.get("logprobs"), bool):
+            raise _BadRequest(422, "logprobs: Input should be a valid integer, got a boolean")
+        n, max_tokens = request.get("n", 1), request.get("max_tokens", 16)
+        plp = request.get("prompt_logprobs")
+        if type(n) is not int or n < 1 or type(max_tokens) is not int or max_tokens < 0:
+            raise _BadRequest(422, "n must be >= 1 and max_tokens >= 0 (integers)")
+        if plp is not None and (type(plp) is not int or plp < 0):
+            raise _BadRequest(422, "prompt_logprobs must be a non-negative integer")
+        seed = request.get("seed")
+        return (tuple(prompt), n, max_tokens, 0 if seed is None else int(seed), plp)
+
+    async def get(self, key: tuple) -> bytes:
+        """The body for `key`: cached, or rendered once (in a thread) however many ask at once."""
+        entry = self._cache.get(key)
+        if isinstance(entry, bytes):
+            self._cache.move_to_end(key)
+            return entry
+        if entry is None:  # a client that goes away does not cancel the shared render
+            entry = self._cache[key] = asyncio.ensure_future(self._fill(key))
+        return await asyncio.shield(entry)
+
+    async def _fill(self, key: tuple) -> bytes:
+        try:
+            body = await asyncio.get_running_loop().run_in_executor(None, self._render, key)
+        except BaseException:
+            self._cache.pop(key, None)
+            raise
+        self._cache[key] = body
+        self._bytes += len(body)
+        self.stats.add("rendered")
+        for old_key in [k for k, v in self._cache.items() if isinstance(v, bytes) and k != key]:
+            if self._bytes <= self.budget:
+                break
+            self._bytes -= len(self._cache.pop(old_key))
+        return body
+
+    def _render(self, key: tuple) -> bytes:
+        from impl.harness.bodies import completion_body, generate
+
+        prompt, n, max_tokens, seed, plp = key
+        choices = generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
+        return completion_body(choices, kind=self.kind, prompt_tokens=prompt, prompt_logprobs=plp)
 
 
 class Router:
-    """The request handler: modes, bodies, faults and counters. Extend here (bodies, latency)."""
+    """The request handler: modes, bodies, faults and counters."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, stats: Stats, worker: int = 0) -> None:
         self.args = args
-        self.stats = Stats()
-        self.server: _CountingServer | None = None
+        self.stats = stats
         self.fault_rates = parse_faults(args.fail)
-        self.rng = random.Random(args.seed)
+        self.rng = random.Random(args.seed + worker)
         self._waiting: list[asyncio.Future[None]] = []
+        slots = max(1, args.max_num_seqs // max(1, args.workers))
+        self._engine = asyncio.Semaphore(slots)
+        budget = args.cache_mb << 20
+        self.bodies = Bodies(args.body, budget, stats) if args.body else None
+        self._headers = {"X-Hotpath-Worker": str(worker)}
+        self.server: _CountingServer | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.path == "/v1/completions" and request.method == "POST":
             return await self.completions(request)
         if request.path == "/stats":
-            data = asdict(self.stats)
-            if request.query.get("reset"):
-                self.stats.reset()
-            return web.json_response(data)
+            return web.json_response(self.stats.snapshot(reset=bool(request.query.get("reset"))))
         if request.path in ("/healthz", "/health"):
             return web.json_response({"ok": True})
         return web.json_response({"error": "not found"}, status=404)
@@ -139,25 +273,34 @@ class Router:
     async def completions(self, request: web.BaseRequest) -> web.StreamResponse:
         stats = self.stats
         if self.server is not None:
-            self.server.count(request.protocol)
-        stats.in_flight += 1
-        stats.peak_in_flight = max(stats.peak_in_flight, stats.in_flight)
+            self.server.count_connection(request.protocol)
+        stats.add("in_flight")
         try:
             payload = await request.content.read()
+            key = None
+            if self.bodies is not None and not request.headers.get("X-Hotpath-Echo"):
+                try:
+                    key = self.bodies.key(payload)
+                except _BadRequest as bad:
+                    return web.Response(status=bad.status, text=bad.text, content_type="text/plain")
             await self.wait_turn(request)
             fault = request.headers.get("X-Hotpath-Fault") or self.random_fault()
-            if fault:
-                stats.faults += 1
-                return await self.fault(request, fault)
             if request.headers.get("X-Hotpath-Echo"):
                 body = payload
+            elif key is not None:
+                body = await self.bodies.get(key)
             else:
                 size = int(request.headers.get("X-Hotpath-Body-Bytes", self.args.body_bytes))
                 body = filler_body(size)
-            stats.served += 1
-            return web.Response(body=body, content_type=_JSON)
+            if fault:
+                stats.add("faults")
+                if fault in FAULTS:
+                    stats.add(f"injected_{fault}")
+                return await self.fault(request, fault, body)
+            stats.add("served")
+            return web.Response(body=body, content_type=_JSON, headers=self._headers)
         finally:
-            stats.in_flight -= 1
+            stats.add("in_flight", -1)
 
     async def wait_turn(self, request: web.BaseRequest) -> None:
         """Hold the request as the mode says (plus any per-request delay)."""
@@ -167,6 +310,13 @@ class Router:
         mode = self.args.mode
         if mode == "delay":
             await asyncio.sleep(self.args.delay)
+        elif mode == "latency":
+            async with self._engine:  # FIFO: asyncio wakes waiters in arrival order
+                self.stats.add("generating")
+                try:
+                    await asyncio.sleep(self.args.gen_seconds)
+                finally:
+                    self.stats.add("generating", -1)
         elif mode == "barrier":
             future = asyncio.get_running_loop().create_future()
             self._waiting.append(future)
@@ -188,7 +338,7 @@ class Router:
                 return kind
         return None
 
-    async def fault(self, request: web.BaseRequest, kind: str) -> web.StreamResponse:
+    async def fault(self, request: web.BaseRequest, kind: str, body: bytes) -> web.StreamResponse:
         if kind == "500":
             return web.json_response({"error": "injected fault"}, status=500)
         if kind == "html":
@@ -199,7 +349,8 @@ class Router:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             transport.abort()
         elif kind == "truncate":
-            body = filler_body(max(int(self.args.body_bytes), 2048))
+            if len(body) < 2048:
+                body = filler_body(max(int(self.args.body_bytes), 2048))
             transport.write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 + f"Content-Length: {len(body)}\r\n\r\n".encode()
@@ -222,11 +373,18 @@ def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.s
     return sock
 
 
-async def serve(args: argparse.Namespace) -> None:
-    router = Router(args)
+async def serve(
+    args: argparse.Namespace,
+    sock: socket.socket | None = None,
+    stats: Stats | None = None,
+    worker: int = 0,
+    on_ready: Any = None,
+) -> None:
+    stats = stats or Stats()
+    router = Router(args, stats, worker)
     server = _CountingServer(
         router.handle,
-        stats=router.stats,
+        stats=stats,
         handler_cancellation=True,  # a client that gives up leaves no waiter in the barrier
         access_log=None,
         keepalive_timeout=75.0,
@@ -234,28 +392,90 @@ async def serve(args: argparse.Namespace) -> None:
     router.server = server
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
-    sock = listen_socket(args.host, args.port)
+    sock = sock or listen_socket(args.host, args.port)
     site = web.SockSite(runner, sock, backlog=args.backlog)
     await site.start()
-    host, port = sock.getsockname()[:2]
-    print(f"hotpath-router listening on http://{host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if on_ready is not None:
+        on_ready(sock.getsockname()[:2])
+    else:
+        host, port = sock.getsockname()[:2]
+        print(f"hotpath-router listening on http://{host}:{port}", flush=True)
     try:
         await stop.wait()
     finally:
         await runner.cleanup()
 
 
+def _run_loop(coro: Any) -> None:
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)
+
+
+def _worker(args: argparse.Namespace, port: int, stats: Stats, worker: int, ready: Any) -> None:
+    """A forked worker process: its own SO_REUSEPORT socket on the shared port."""
+    with contextlib.suppress(OSError, AttributeError):  # die with the parent (Linux)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    sock = listen_socket(args.host, port, reuse_port=True)
+    _run_loop(serve(args, sock, stats, worker, on_ready=lambda _: ready.set()))
+
+
+def serve_workers(args: argparse.Namespace) -> None:
+    """`--workers N`: fork N-1 workers on the same port, serve as worker 0, stop them by PID."""
+    sock = listen_socket(args.host, args.port, reuse_port=True)
+    port = sock.getsockname()[1]
+    stats = Stats(args.workers)
+    ctx = multiprocessing.get_context("fork")
+    children = []
+    for worker in range(1, args.workers):
+        ready = ctx.Event()
+        child = ctx.Process(target=_worker, args=(args, port, stats, worker, ready), daemon=True)
+        child.start()
+        children.append((child, ready))
+    try:
+        for child, ready in children:
+            if not ready.wait(60):
+                raise RuntimeError(f"router worker {child.pid} did not start")
+        _run_loop(serve(args, sock, stats))
+    finally:
+        for child, _ in children:
+            if child.is_alive():
+                os.kill(child.pid, signal.SIGTERM)
+        for child, _ in children:
+            child.join(10)
+            if child.is_alive():
+                os.kill(child.pid, signal.SIGKILL)
+                child.join(5)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
     parser.add_argument("--port", type=int, default=8100, help="0 picks a free port")
-    parser.add_argument("--mode", choices=("instant", "delay", "barrier"), default="instant")
+    parser.add_argument(
+        "--mode", choices=("instant", "delay", "barrier", "latency"), default="instant"
+    )
     parser.add_argument("--delay", type=float, default=0.0, help="seconds, for --mode delay")
     parser.add_argument("--barrier", type=int, default=1, help="N, for --mode barrier")
+    parser.add_argument(
+        "--gen-seconds", type=float, default=5.0, help="seconds per generation, --mode latency"
+    )
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=256, help="generations at once, --mode latency"
+    )
+    parser.add_argument(
+        "--body", choices=("minimal", "vllm"), default=None,
+        help="answer with a vLLM completion body of max_tokens tokens (default: filler JSON)",
+    )  # fmt: skip
     parser.add_argument("--body-bytes", type=int, default=256, help="filler JSON answer size")
+    parser.add_argument("--cache-mb", type=int, default=1024, help="rendered-body cache per worker")
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the port")
     parser.add_argument("--fail", default=None, help="random faults, e.g. 500:0.01,reset:0.01")
     parser.add_argument("--seed", type=int, default=0, help="seed for --fail")
     parser.add_argument("--backlog", type=int, default=16384, help="listen backlog")
@@ -263,10 +483,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     parse_faults(args.fail)
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(args))
+    if args.workers > 1:
+        serve_workers(args)
     else:
-        uvloop.run(serve(args))
+        _run_loop(serve(args))
     return 0
