@@ -24,8 +24,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check impl benchmarks tests profiles
-	$(BIN)/ruff format --check impl benchmarks tests profiles
+	$(BIN)/ruff check impl benchmarks tests profiles perf
+	$(BIN)/ruff format --check impl benchmarks tests profiles perf
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. impl/encode/sample.proto

@@ -102,7 +102,8 @@ def nearest_row(rows: list[dict[str, Any]], size_bytes: int) -> dict[str, Any] |
     sized = [row for row in rows if row.get("size_bytes")]
     if not sized:
         return None
-    return min(sized, key=lambda row: abs(math.log(row["size_bytes"]) - math.log(max(size_bytes, 1))))
+    target = math.log(max(size_bytes, 1))
+    return min(sized, key=lambda row: abs(math.log(row["size_bytes"]) - target))
 
 
 def pick(
@@ -141,9 +142,11 @@ def pick(
             rows = calibrate_fn(candidates)
             name = fastest_in(rows, candidates) if rows else None
             if name:
-                return Pick(family, name, "fastest in a start-up calibration (no measurements recorded)")
+                reason = "fastest in a start-up calibration (no measurements recorded)"
+                return Pick(family, name, reason)
     preference = importlib.import_module(f"impl.{family}").PREFERENCE
     for name in preference:
         if name in candidates:
-            return Pick(family, name, "first available in the fixed preference order (nothing measured)")
+            reason = "first available in the fixed preference order (nothing measured)"
+            return Pick(family, name, reason)
     return Pick(family, registry.reference(family), "reference (nothing else available)")

@@ -12,6 +12,7 @@ import importlib
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from impl import pick
@@ -41,17 +42,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-record",
         action="store_true",
-        help=f"do not record measurements for the server's picks (default file: {pick.measurements_path()})",
+        help="do not record measurements for the server's picks "
+        f"(default file: {pick.measurements_path()})",
     )
+
+
+def _write(path: Path, sections: list[Section], errors: dict[str, str], args, started) -> float:
+    """Write everything measured so far (called after every section, so a crash loses nothing)."""
+    seconds = round(time.perf_counter() - started, 1)
+    results = {
+        "environment": environment(),
+        "seconds": seconds,
+        "quick": args.quick,
+        "sections": [section.as_json() for section in sections],
+        "errors": errors,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1))
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
     sections: list[Section] = []
+    errors: dict[str, str] = {}
     started = time.perf_counter()
     for name in args.only or SECTIONS:
         print(f"== {name} ==", file=sys.stderr, flush=True)
-        module = importlib.import_module(f"impl.bench.{name}")
-        section = module.run(quick=args.quick)
+        try:
+            module = importlib.import_module(f"impl.bench.{name}")
+            section = module.run(quick=args.quick)
+        except Exception as exc:  # one broken section must not lose the others' figures
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+            print(f"\nsection {name} FAILED: {errors[name]}\n", flush=True)
+            _write(args.json, sections, errors, args, started)
+            continue
         sections.append(section)
         print(f"\n{section.title}\n{section.table}\n", flush=True)
         if section.notes:
@@ -59,17 +84,12 @@ def run(args: argparse.Namespace) -> int:
         if section.measurements and not args.no_record:
             path = pick.record(section.family, section.measurements)
             print(f"(recorded {section.family} measurements for picks in {path})\n", flush=True)
-    results = {
-        "environment": environment(),
-        "seconds": round(time.perf_counter() - started, 1),
-        "quick": args.quick,
-        "sections": [section.as_json() for section in sections],
-    }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=1))
-    print(f"results: {args.json}  ({results['seconds']} s)")
+        _write(args.json, sections, errors, args, started)
+    seconds = _write(args.json, sections, errors, args, started)
+    print(f"results: {args.json}  ({seconds} s)")
     failed = [row for s in sections for row in s.rows if row.get("parity") is False]
     if failed:
         print(f"PARITY FAILURES: {len(failed)} rows differ from their reference", file=sys.stderr)
-        return 1
-    return 0
+    if errors:
+        print(f"SECTIONS FAILED: {', '.join(errors)}", file=sys.stderr)
+    return 1 if failed or errors else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.metadata
 import os
@@ -58,10 +59,8 @@ def environment() -> dict[str, Any]:
     """Python, CPU, library versions and git SHA: what produced a set of figures."""
     versions = {}
     for dist in _VERSIONED:
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True

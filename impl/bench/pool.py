@@ -12,7 +12,8 @@ An instant upstream would hide the effect: requests finish as fast as they are s
 
 A count whose burst would take too long is not run: once an implementation's last burst, scaled
 to the next count, predicts more than `BUDGET_SECONDS` of wall time (or a burst failed), its
-larger counts are reported as not run (`-`), never guessed. A failed request ends the burst at once (the barrier could never fill).
+larger counts are reported as not run (`-`), never guessed. A failed request ends the burst at
+once (the barrier could never fill).
 """
 
 from __future__ import annotations
