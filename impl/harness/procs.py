@@ -263,6 +263,7 @@ class Sampler(threading.Thread):
         if self.is_alive():
             self.join(15)
         self._sample_process()
+        self._sample_healthz()  # every window has at least one, however short the run
         self.cpu_end = self._cpu()
         cpu = router_cpu = None
         if self.cpu_start is not None and self.cpu_end is not None:
