@@ -1,8 +1,9 @@
 """The reference encoder: protobuf messages built from the numpy buffers, `SerializeToString()`.
 
 Technique: one `tobytes()` per buffer into the generated `sample_pb2` messages (upb backend),
-then protobuf serializes. Each buffer is copied three times (`tobytes`, into the upb arena,
-into the output), but there are no per-token Python objects, so it is already fast; it is the
+then protobuf serializes. Each buffer is copied four times plus arena regrowth (`tobytes`, into
+the upb message, during serialization, into the returned bytes: profiles/README.md), but there
+are no per-token Python objects, so it is already fast; it is the
 reference because protobuf itself decides the bytes: field order, which default-valued fields
 are left out (stop_reason STOP = 0, empty `tokens`, k/length 0) and which optional ones are
 written although empty.
