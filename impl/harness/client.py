@@ -349,13 +349,21 @@ class Worker:
                     self.retries["resubmit_410"] += 1
             self._check(index, data)
         except Failure as failure:
-            self.failed[failure.kind] += 1
-            self.examples.setdefault(failure.kind, failure.message[:300])
-            if self.progress is not None:
-                self.progress[1] += 1
+            self._record_failure(failure)
             return
+        self._record_success(started, len(data))
+
+    def _record_failure(self, failure: Failure) -> None:
+        """Count a sample that failed, by class, with one example message per class."""
+        self.failed[failure.kind] += 1
+        self.examples.setdefault(failure.kind, failure.message[:300])
+        if self.progress is not None:
+            self.progress[1] += 1
+
+    def _record_success(self, started: float, size: int) -> None:
+        """Count a checked result: its latency since `started` and its size in bytes."""
         self.latencies.append(time.monotonic() - started)
-        self.result_bytes += len(data)
+        self.result_bytes += size
         self.completed += 1
         if self.progress is not None:
             self.progress[0] += 1

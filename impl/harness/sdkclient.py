@@ -90,16 +90,9 @@ class SdkWorker(Worker):
                 raise Failure(f"sdk_{type(exc).__name__}", str(exc)[:300]) from None
             size = self._check_sdk(index, response)
         except Failure as failure:
-            self.failed[failure.kind] += 1
-            self.examples.setdefault(failure.kind, failure.message[:300])
-            if self.progress is not None:
-                self.progress[1] += 1
+            self._record_failure(failure)
             return
-        self.latencies.append(time.monotonic() - started)
-        self.result_bytes += size
-        self.completed += 1
-        if self.progress is not None:
-            self.progress[0] += 1
+        self._record_success(started, size)
 
     def _check_sdk(self, index: int, response: Any) -> int:
         config = self.config
