@@ -27,6 +27,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from impl.encode._common import read_fields
+
 try:
     import orjson
 
@@ -91,56 +93,21 @@ def prompt_for(index: int, config: ClientConfig) -> tuple[list[int], int]:
 
 def parse_sample_response(data: bytes) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
     """SampleResponse wire bytes -> [(stop_reason, int32 tokens, float32 logprobs | None)]."""
-    view = memoryview(data)
     sequences = []
-    for field, value in _fields(view):
-        if field == 1:
-            stop, tokens, logprobs = 0, b"", None
-            for f, v in _fields(value):
-                if f == 1:
-                    stop = v
-                elif f == 2:
-                    tokens = v
-                elif f == 3:
-                    logprobs = v
-            if len(tokens) % 4 or (logprobs is not None and len(logprobs) % 4):
-                raise ValueError("a tokens or logprobs field is not a whole number of 4-byte items")
-            lp = None if logprobs is None else np.frombuffer(logprobs, dtype="<f4")
-            sequences.append((stop, np.frombuffer(tokens, dtype="<i4"), lp))
+    for message in read_fields(memoryview(data)).get(1, []):
+        if isinstance(message, int):
+            raise ValueError("field 1 (a sequence) is a varint, not a message")
+        fields = read_fields(message)
+        stop = fields.get(1, [0])[-1]
+        tokens = fields.get(2, [b""])[-1]
+        logprobs = fields.get(3, [None])[-1]
+        if isinstance(tokens, int) or isinstance(logprobs, int):
+            raise ValueError("a tokens or logprobs field is a varint, not bytes")
+        if len(tokens) % 4 or (logprobs is not None and len(logprobs) % 4):
+            raise ValueError("a tokens or logprobs field is not a whole number of 4-byte items")
+        lp = None if logprobs is None else np.frombuffer(logprobs, dtype="<f4")
+        sequences.append((stop, np.frombuffer(tokens, dtype="<i4"), lp))
     return sequences
-
-
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf: memoryview):
-    pos, end = 0, len(buf)
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        wire = key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
-            if pos + length > end:
-                raise ValueError("a length-delimited field runs past the end")
-            value, pos = buf[pos : pos + length], pos + length
-        elif wire in (1, 5):
-            size = 8 if wire == 1 else 4
-            value, pos = buf[pos : pos + size], pos + size
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        yield key >> 3, value
-    if pos != end:
-        raise ValueError("truncated message")
 
 
 class Worker:
