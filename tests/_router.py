@@ -15,15 +15,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import selectors
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import IO, Any
+
+from impl.harness.procs import read_ready_line
 
 _READY = re.compile(r"^hotpath-router listening on (http://\S+)$")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,21 +74,9 @@ def start_router(*args: str, timeout: float = 20.0) -> RouterProcess:
     command = [sys.executable, "-m", "impl.cli", "router", "--port", "0", *args]
     errors = tempfile.TemporaryFile()  # noqa: SIM115 -- a file, not a pipe: a chatty router never blocks
     process = subprocess.Popen(command, cwd=_ROOT, stdout=subprocess.PIPE, stderr=errors, text=True)
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                break
-            line = process.stdout.readline()
-            if not line:  # exited before becoming ready
-                break
-            match = _READY.match(line.strip())
-            if match:
-                return RouterProcess(match.group(1), process.pid, process, errors)
-    finally:
-        selector.close()
+    match = read_ready_line(process, lambda line: _READY.match(line.strip()), timeout)
+    if match:
+        return RouterProcess(match.group(1), process.pid, process, errors)
     if process.poll() is None:
         os.kill(process.pid, signal.SIGKILL)
     process.wait()

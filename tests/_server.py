@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import selectors
 import signal
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import IO, Any
+
+from impl.harness.procs import read_ready_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 API_KEY = "tml-test-key"
@@ -87,21 +88,9 @@ def start(
     process = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=errors, text=True, env=full_env
     )
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                break
-            line = process.stdout.readline()
-            if not line:
-                break
-            match = ready.match(line.strip())
-            if match:
-                return Process(match.group(1), process.pid, process, errors)
-    finally:
-        selector.close()
+    match = read_ready_line(process, lambda line: ready.match(line.strip()), timeout)
+    if match:
+        return Process(match.group(1), process.pid, process, errors)
     if process.poll() is None:
         os.kill(process.pid, signal.SIGKILL)
     process.wait()

@@ -23,6 +23,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -99,26 +100,37 @@ def free_port(host: str = "127.0.0.1") -> int:
 ROUTER_COMMAND: list[str] = [sys.executable, "-m", "impl.cli", "router"]
 
 
-def start_router(args: list[str], *, host: str = "127.0.0.1", timeout: float = 30.0) -> Proc:
-    """`hotpath router --port 0 ARGS`; waits for its ready line (the URL it listens on)."""
-    command = [*ROUTER_COMMAND, "--host", host, "--port", "0", *args]
-    output = tempfile.TemporaryFile()  # noqa: SIM115 -- closed by Proc.stop
-    process = subprocess.Popen(command, cwd=_ROOT, stdout=subprocess.PIPE, stderr=output, text=True)
+def read_ready_line(
+    process: subprocess.Popen, matcher: Callable[[str], re.Match[str] | None], timeout: float
+) -> re.Match[str] | None:
+    """The first line of `process`'s (text) stdout that `matcher` accepts, or None if the process
+    closed its stdout or `timeout` seconds passed first (never blocks past the deadline)."""
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                break
+                return None
             line = process.stdout.readline()
             if not line:
-                break
-            match = _URL.search(line)
+                return None
+            match = matcher(line)
             if match:
-                return Proc("router", match.group(1), process, output, command)
+                return match
     finally:
         selector.close()
+    return None
+
+
+def start_router(args: list[str], *, host: str = "127.0.0.1", timeout: float = 30.0) -> Proc:
+    """`hotpath router --port 0 ARGS`; waits for its ready line (the URL it listens on)."""
+    command = [*ROUTER_COMMAND, "--host", host, "--port", "0", *args]
+    output = tempfile.TemporaryFile()  # noqa: SIM115 -- closed by Proc.stop
+    process = subprocess.Popen(command, cwd=_ROOT, stdout=subprocess.PIPE, stderr=output, text=True)
+    match = read_ready_line(process, _URL.search, timeout)
+    if match:
+        return Proc("router", match.group(1), process, output, command)
     proc = Proc("router", "", process, output, command)
     text = proc.tail()
     proc.stop()
