@@ -66,6 +66,12 @@ def test_compare_baseline_prints_both_and_writes_the_report(tmp_path, capsys):
     assert all(r["summary"]["completed"] == 32 for r in data["runs"])
     assert data["runs"][0]["summary"]["picks"] != data["runs"][1]["summary"]["picks"]
     assert data["ratios"]["results_per_second"] is not None
+    # every /healthz probe is on the timeline: offset, latency, connect, loop lag, GC pause
+    for run in data["runs"]:
+        timeline = run["healthz_timeline"]
+        assert len(timeline) == run["summary"]["healthz_samples"] >= 1
+        offset, latency, connect, lag, pause = timeline[-1]
+        assert 0 <= connect <= latency and lag >= 0 and pause >= 0 and offset >= 0
 
 
 def test_real_sdk_client_gets_every_token():

@@ -1,21 +1,23 @@
 """Pool family parity: every forwarder against the reference, over real HTTP to the fake router.
 
-The upstream is `hotpath router` in its own process on loopback (tests/_router.py); per-request
+The upstream is `hotpath router` in its own process on loopback (impl.harness.procs); per-request
 headers choose the answer's size, an echo of the request, a delay, or a fault.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from _router import RouterProcess, start_router
 
 from impl import registry
+from impl.harness.procs import Proc, start_router
 from impl.harness.router import filler_body
 from impl.pool import ConnectError, ReadError, Reply
 
@@ -48,22 +50,29 @@ def forward(name: str, work: Callable[[Any], Awaitable[Any]], **options: Any) ->
     return asyncio.run(main())
 
 
-def wait_idle(router: RouterProcess) -> None:
+def router_stats(router: Proc, *, reset: bool = False) -> dict[str, Any]:
+    """The router's `/stats` (with `reset`: then zero its peaks and counters)."""
+    query = "?reset=1" if reset else ""
+    with urllib.request.urlopen(f"{router.url}/stats{query}", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def wait_idle(router: Proc) -> None:
     """Wait until the router has seen every earlier connection close, then zero its peaks."""
     deadline = time.monotonic() + 10
-    while router.stats()["connections"] and time.monotonic() < deadline:
+    while router_stats(router)["connections"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    router.stats(reset=True)
+    router_stats(router, reset=True)
 
 
 @pytest.fixture(scope="module")
 def router() -> Any:
-    with start_router("--mode", "instant", "--body-bytes", "256") as process:
+    with start_router(["--mode", "instant", "--body-bytes", "256"]) as process:
         yield process
 
 
 @pytest.fixture(scope="module")
-def reference_replies(router: RouterProcess) -> dict[tuple[str, int], Reply]:
+def reference_replies(router: Proc) -> dict[tuple[str, int], Reply]:
     """The reference's replies for every body size and echo size, fetched once."""
 
     async def work(client: Any) -> dict[tuple[str, int], Reply]:
@@ -85,7 +94,7 @@ def reference_replies(router: RouterProcess) -> dict[tuple[str, int], Reply]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_bodies_match_reference(name: str, router: RouterProcess, reference_replies: dict) -> None:
+def test_bodies_match_reference(name: str, router: Proc, reference_replies: dict) -> None:
     """Same status, content type and bytes as the reference, answers of 0 B to 25 MB."""
 
     async def work(client: Any) -> list[Reply]:
@@ -107,9 +116,7 @@ def test_bodies_match_reference(name: str, router: RouterProcess, reference_repl
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_request_bodies_reach_upstream(
-    name: str, router: RouterProcess, reference_replies: dict
-) -> None:
+def test_request_bodies_reach_upstream(name: str, router: Proc, reference_replies: dict) -> None:
     """The request body arrives whole (the router echoes it), 0 B to 3 MB."""
 
     async def work(client: Any) -> list[Reply]:
@@ -124,7 +131,7 @@ def test_request_bodies_reach_upstream(
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize(("fault", "status"), [("500", 500), ("html", 502)])
 def test_error_status_is_a_reply(
-    name: str, fault: str, status: int, router: RouterProcess, reference_replies: dict
+    name: str, fault: str, status: int, router: Proc, reference_replies: dict
 ) -> None:
     """A 5xx comes back as a Reply with that status, content type and body, not an exception."""
     reply = forward(name, lambda c: c.post(router.url + PATH, b"{}", {"X-Hotpath-Fault": fault}))
@@ -144,14 +151,14 @@ def test_refused_connection_is_connect_error(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("fault", ["truncate", "reset"])
-def test_failure_after_sending_is_read_error(name: str, fault: str, router: RouterProcess) -> None:
+def test_failure_after_sending_is_read_error(name: str, fault: str, router: Proc) -> None:
     """Upstream closes mid-answer or resets after reading the request: ReadError."""
     with pytest.raises(ReadError):
         forward(name, lambda c: c.post(router.url + PATH, b"{}", {"X-Hotpath-Fault": fault}))
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_usable_after_failures(name: str, router: RouterProcess) -> None:
+def test_usable_after_failures(name: str, router: Proc) -> None:
     """A forwarder keeps working after a refused connect and a reset on the same pool."""
 
     async def work(client: Any) -> Reply:
@@ -164,7 +171,7 @@ def test_usable_after_failures(name: str, router: RouterProcess) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_max_connections_respected(name: str, router: RouterProcess) -> None:
+def test_max_connections_respected(name: str, router: Proc) -> None:
     """64 concurrent slow requests through max_connections=8: the upstream never sees more."""
     wait_idle(router)
 
@@ -175,14 +182,14 @@ def test_max_connections_respected(name: str, router: RouterProcess) -> None:
         )
 
     replies = forward(name, work, max_connections=8)
-    stats = router.stats()
+    seen = router_stats(router)
     assert all(r == Reply(200, filler_body(32), "application/json") for r in replies)
-    assert 2 <= stats["peak_connections"] <= 8, stats
-    assert stats["peak_in_flight"] <= 8, stats
+    assert 2 <= seen["peak_connections"] <= 8, seen
+    assert seen["peak_in_flight"] <= 8, seen
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_queued_behind_the_cap_waits_past_connect_timeout(name: str, router: RouterProcess) -> None:
+def test_queued_behind_the_cap_waits_past_connect_timeout(name: str, router: Proc) -> None:
     """The wait for a free slot has no deadline: 4 requests of 1.5 s through 1 connection with a
     0.5 s connect timeout all complete (the last waits 4.5 s) instead of failing as ConnectError."""
     wait_idle(router)
@@ -195,12 +202,12 @@ def test_queued_behind_the_cap_waits_past_connect_timeout(name: str, router: Rou
 
     replies = forward(name, work, max_connections=1, connect_timeout=0.5)
     assert replies == [Reply(200, filler_body(16), "application/json")] * 4
-    assert router.stats()["peak_in_flight"] == 1
+    assert router_stats(router)["peak_in_flight"] == 1
 
 
 @pytest.mark.slow  # httpx and httpx2 take about a minute each here; the others about a second
 @pytest.mark.parametrize("name", NAMES)
-def test_2048_concurrent_all_complete(name: str, router: RouterProcess) -> None:
+def test_2048_concurrent_all_complete(name: str, router: Proc) -> None:
     """A burst of 2048 concurrent requests (2048 connects at once) all complete, none lost.
 
     The upstream answers at once, yet all 2048 wait in the client's pool together, which is
@@ -216,20 +223,20 @@ def test_2048_concurrent_all_complete(name: str, router: RouterProcess) -> None:
     replies = forward(name, work, max_connections=2048)
     assert len(replies) == 2048
     assert all(r == Reply(200, filler_body(64), "application/json") for r in replies)
-    stats = router.stats()
-    assert stats["served"] == 2048, stats
-    assert 1 < stats["peak_connections"] <= 2048, stats
+    seen = router_stats(router)
+    assert seen["served"] == 2048, seen
+    assert 1 < seen["peak_connections"] <= 2048, seen
 
 
 def test_barrier_router_holds_answers_until_n_arrive() -> None:
     """The benchmark's premise: in barrier mode nobody is answered before the Nth request."""
-    with start_router("--mode", "barrier", "--barrier", "8", "--body-bytes", "16") as barrier:
+    with start_router(["--mode", "barrier", "--barrier", "8", "--body-bytes", "16"]) as barrier:
 
         async def work(client: Any) -> list[Reply]:
             url = barrier.url + PATH
             first = [asyncio.ensure_future(client.post(url, b"{}", {})) for _ in range(7)]
             deadline = time.monotonic() + 10
-            while barrier.stats()["in_flight"] < 7 and time.monotonic() < deadline:
+            while router_stats(barrier)["in_flight"] < 7 and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.2)
             assert not any(task.done() for task in first), "answered before the barrier filled"
@@ -237,4 +244,4 @@ def test_barrier_router_holds_answers_until_n_arrive() -> None:
 
         replies = forward(REFERENCE, work, max_connections=8)
         assert replies == [Reply(200, filler_body(16), "application/json")] * 8
-        assert barrier.stats()["peak_in_flight"] == 8
+        assert router_stats(barrier)["peak_in_flight"] == 8

@@ -165,3 +165,16 @@ def test_sdk_sample_async(stack, sampler, n, prompt_logprobs, topk):
             prompt_logprobs=prompt_logprobs,
             topk=topk,
         )
+
+
+def test_gc_is_tuned_in_the_picked_server_only(stack):
+    """The picked server freezes its start-up objects and raises the collection thresholds
+    (its GC pauses are on /healthz); the baseline keeps CPython's defaults."""
+    _, server = stack
+    health = server.get("/healthz")
+    gc_state = health["gc"]
+    if health["baseline"]:
+        assert gc_state["threshold"] == [700, 10, 10] and gc_state["frozen_objects"] == 0
+    else:
+        assert gc_state["threshold"] == [50000, 20, 20] and gc_state["frozen_objects"] > 10000
+    assert len(gc_state["collections"]) == 3 and gc_state["max_recent_ms"] >= 0

@@ -47,6 +47,8 @@ def test_flag_beats_env_beats_default():
         ({"HOTPATH_BASELINE": "maybe"}, "not a boolean"),
         ({"HOTPATH_RETRIEVED_TTL": "0"}, "retrieved_ttl must be > 0"),
         ({"HOTPATH_ROUTER_URL": "127.0.0.1:8001"}, "router_url must be an http(s) URL"),
+        ({"HOTPATH_GC_THRESHOLD": "700,10"}, "gc_threshold must be three positive ints"),
+        ({"HOTPATH_GC_THRESHOLD": "a,b,c"}, "gc_threshold must be three positive ints"),
     ],
 )
 def test_bad_values_say_what_is_wrong(env, message):

@@ -75,11 +75,52 @@ def test_delivery_starts_the_retrieved_clock_and_sweep_frees_bytes():
         await asyncio.sleep(0.1)
         s.sweep()  # the periodic sweep may have run already
         assert s.stored_bytes == 100 and s.counts["evicted"] == 1  # the delivered one went first
-        assert await s.get(taken.request_id) is None and await s.lookup(("a", 2)) is None
+        assert await s.get(taken.request_id) is None
         await asyncio.sleep(0.15)
         assert await s.get(kept.request_id) is None  # lazy expiry on lookup
         assert s.stored_bytes == 0 and s.stats()["records"] == 0
         assert taken.state == FAILED
+        s.close()
+
+    run(go())
+
+
+def test_a_delivered_key_answers_late_duplicates_until_dedup_ttl():
+    """An asample the server reaches after the result was delivered and evicted gets the same
+    request_id (its poll then 404s) instead of a second generation; after dedup_ttl it is gone."""
+
+    async def go():
+        s = _store(completed_ttl=10.0, retrieved_ttl=0.02, dedup_ttl=0.2)
+        s.start()
+        record = await s.create(("a", 1), 2)
+        await s.complete(record, b"r" * 50)
+        await s.delivered(record)
+        await asyncio.sleep(0.05)
+        s.sweep()
+        assert await s.get(record.request_id) is None and s.stored_bytes == 0
+        assert record.payload is None  # a tombstone keeps ids, not the result
+        late = await s.lookup(("a", 1))
+        assert late is record and late.sequence_ids == [f"{record.request_id}:{i}" for i in (0, 1)]
+        assert s.counts["late_duplicates"] == 1 and s.counts["submitted"] == 1
+        await asyncio.sleep(0.2)
+        s.sweep()
+        assert await s.lookup(("a", 1)) is None and ("a", 1) not in s.keys
+        s.close()
+
+    run(go())
+
+
+def test_a_key_whose_result_expired_undelivered_is_forgotten():
+    """Nobody got that result: a re-submit of the key must generate again."""
+
+    async def go():
+        s = _store(completed_ttl=0.02, retrieved_ttl=10.0, dedup_ttl=60.0)
+        s.start()
+        record = await s.create(("a", 1), 1)
+        await s.complete(record, b"r" * 50)
+        await asyncio.sleep(0.05)
+        assert await s.lookup(("a", 1)) is None  # lazily expired, not a tombstone
+        assert ("a", 1) not in s.keys and s.counts["late_duplicates"] == 0
         s.close()
 
     run(go())

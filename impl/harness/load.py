@@ -336,6 +336,7 @@ def run_scenario(
         run = drive(configs, client=client, label=label, progress_bar=progress_bar, on_go=on_go)
         run["server"] = sampler.finish()
         run["healthz_latencies"] = sampler.healthz_latencies
+        run["healthz_timeline"] = sampler.healthz_timeline
         run["healthz"] = procs.fetch_json(url + "/healthz") or sampler.healthz
         run["router"] = procs.fetch_json(router_url + "/stats") if router_url else None
     except BaseException:

@@ -178,18 +178,27 @@ def start_server(
 
 def get_json(url: str, timeout: float = 10.0) -> tuple[int, Any]:
     """GET `url` on a fresh connection: (status, parsed JSON or None)."""
+    status, body, _ = probe(url, timeout)
+    return status, body
+
+
+def probe(url: str, timeout: float = 10.0) -> tuple[int, Any, float]:
+    """GET `url` on a fresh connection: (status, parsed JSON or None, seconds to connect)."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    started = time.perf_counter()
     try:
+        conn.connect()
+        connected = time.perf_counter() - started
         conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""))
         response = conn.getresponse()
         body = response.read()
     finally:
         conn.close()
     try:
-        return response.status, json.loads(body)
+        return response.status, json.loads(body), connected
     except ValueError:
-        return response.status, None
+        return response.status, None, connected
 
 
 class Sampler(threading.Thread):
@@ -207,8 +216,13 @@ class Sampler(threading.Thread):
         self.peak_rss = self.peak_fds = 0
         self.cpu_start = self.cpu_end = None
         self.healthz_latencies: list[float] = []
+        #: (seconds into the window, /healthz latency, of which TCP connect, then from the
+        #: server's answer its worst event-loop lag in the last ~10 s and worst recent GC pause, ms)
+        self.healthz_timeline: list[tuple[float, float, float | None, float | None, float | None]]
+        self.healthz_timeline = []
         self.healthz_failures = 0
         self.healthz: Any = None
+        self._window_start = time.monotonic()
         self._halt = threading.Event()
         self._proc = None
         if pid:
@@ -235,7 +249,9 @@ class Sampler(threading.Thread):
         self.router_cpu_start = self._cpu(self._router)
         self.peak_rss = self.peak_fds = 0
         self.healthz_latencies = []
+        self.healthz_timeline = []
         self.healthz_failures = 0
+        self._window_start = time.monotonic()
 
     def _sample_process(self) -> None:
         if self._proc is None:
@@ -252,11 +268,20 @@ class Sampler(threading.Thread):
         if not self.url:
             return
         started = time.perf_counter()
+        connected = None
         try:
-            status, body = get_json(self.url + "/healthz", timeout=10.0)
+            status, body, connected = probe(self.url + "/healthz", timeout=10.0)
         except (OSError, http.client.HTTPException):
             status, body = 0, None
-        self.healthz_latencies.append(time.perf_counter() - started)
+        latency = time.perf_counter() - started
+        self.healthz_latencies.append(latency)
+        lag = pause = None
+        if status == 200 and isinstance(body, dict):
+            lag = (body.get("event_loop_lag_ms") or {}).get("max_recent")
+            pause = (body.get("gc") or {}).get("max_recent_ms")
+        offset = round(time.monotonic() - self._window_start, 3)
+        connected = None if connected is None else round(connected, 4)
+        self.healthz_timeline.append((offset, round(latency, 4), connected, lag, pause))
         if status == 200:
             self.healthz = body
         else:

@@ -3,7 +3,8 @@
 A *run* is the dict `impl.harness.load` assembles: `label`, `scenario`, `wall_seconds`,
 `requested`, `completed`, `failed` {class: count}, `retries` {kind: count}, `latencies`
 [seconds per completed sample], `result_bytes`, `tokens`, `server` {peak_rss_bytes, peak_fds,
-cpu_seconds}, `healthz_latencies` [seconds], `healthz` (the server's last /healthz JSON),
+cpu_seconds}, `healthz_latencies` [seconds], `healthz_timeline` [(offset s, latency s, connect s,
+the server's recent event-loop lag and GC pause, ms)], `healthz` (the server's last /healthz JSON),
 `router` (the router's /stats JSON), `examples` {class: first error message}. Nothing here does
 I/O, so the tests can feed it numbers.
 """
@@ -204,6 +205,8 @@ def report_json(
                 "examples": run.get("examples", {}),
                 "warmup": run.get("warmup"),
                 "healthz": run.get("healthz"),
+                # per probe: [s into the run, latency s, connect s, server loop lag ms, GC pause ms]
+                "healthz_timeline": run.get("healthz_timeline", []),
                 "router": run.get("router"),
                 "commands": run.get("commands"),
             }

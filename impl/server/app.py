@@ -57,6 +57,7 @@ def _store(settings: Settings, encoder: Any) -> MemoryStore:
     options: dict[str, Any] = {
         "completed_ttl": settings.completed_ttl,
         "retrieved_ttl": settings.retrieved_ttl,
+        "dedup_ttl": settings.dedup_ttl,
         "max_outstanding": settings.max_outstanding,
         "max_result_bytes": settings.max_result_bytes,
     }
@@ -86,9 +87,11 @@ async def lifespan(
     state.retry_after = str(settings.retry_after).encode()
     store.start()
     state.lag.start()
+    state.gc.start()
     try:
         yield {"server": state}
     finally:
+        state.gc.stop()
         state.lag.stop()
         store.close()
         await forwarder.aclose()

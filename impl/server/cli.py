@@ -3,7 +3,7 @@
 Every option is also an environment variable (`--poll-hold` = `HOTPATH_POLL_HOLD`); a flag wins.
 Each family's implementation is picked at start-up (explicit flag or variable, else measurements
 recorded by `hotpath bench` here, else a short calibration, else a fixed preference order) and
-logged with the reason; `GET /healthz` shows the picks, store counts and event-loop lag.
+logged with the reason; `GET /healthz` shows the picks, store counts, event-loop lag and GC pauses.
 Once listening it prints one line on stdout:
 
     hotpath-server listening on http://HOST:PORT
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import logging
 import sys
 from typing import TYPE_CHECKING
@@ -69,6 +70,26 @@ def uvicorn_config(settings: settings_module.Settings, picks: Picks) -> uvicorn.
     return config
 
 
+def tune_runtime(settings: settings_module.Settings, accesslog: str) -> None:
+    """Process-wide settings for a long-lived server (the baseline keeps CPython's defaults).
+
+    Garbage collector: with thousands of open connections, tasks and stored records, CPython's
+    defaults ran generation-2 collections of ~0.6 s each every few seconds under queue-32768
+    (over half the server's CPU time went to the collector, and /healthz waited behind it).
+    Objects alive once the server listens (modules, the app, the routes) are frozen: no
+    collection scans them again. Logging: `logging._srcfile = None` (the logging HOWTO's
+    "Optimization" advice) skips the stack walk that finds each record's caller, which no
+    access-log format here prints (rich does, so not with `--accesslog rich`).
+    """
+    if settings.baseline:
+        return
+    if accesslog != "rich":
+        logging._srcfile = None
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*settings.gc_thresholds())
+
+
 def _server_class():
     import uvicorn
 
@@ -86,6 +107,7 @@ def _server_class():
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
             if self.started:
+                tune_runtime(self.hotpath_settings, self.hotpath_accesslog)
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 print(f"hotpath-server listening on http://{host}:{port}", flush=True)
 
@@ -114,5 +136,6 @@ def run(args: argparse.Namespace) -> int:
             "backlog %d is capped at net.core.somaxconn = %d by the kernel", settings.backlog, limit
         )
     server = _server_class()(uvicorn_config(settings, picks))
+    server.hotpath_settings, server.hotpath_accesslog = settings, picks.accesslog.name
     server.run()
     return 0 if server.started else 3

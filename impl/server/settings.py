@@ -59,6 +59,11 @@ class Settings:
     retrieved_ttl: float = _opt(
         60.0, "seconds a result is kept after its response really reached the client"
     )
+    dedup_ttl: float = _opt(
+        600.0,
+        "seconds a delivered sample's (sampling_session_id, seq_id) still answers a repeated "
+        "asample with its request_id after eviction, instead of generating it again",
+    )
     max_outstanding: int = _opt(131072, "pending samples beyond which asample answers 429")
     max_result_bytes: int = _opt(4 << 30, "stored result bytes beyond which asample answers 429")
     retry_after: int = _opt(1, "seconds in the Retry-After header of a 429")
@@ -67,11 +72,17 @@ class Settings:
     )
     shutdown_timeout: float = _opt(5.0, "seconds held polls get to finish on shutdown")
     log_level: str = _opt("info", "uvicorn and server log level")
+    gc_threshold: str = _opt(
+        "50000,20,20",
+        "gc.set_threshold of the server process ('700,10,10' is CPython's default; --baseline "
+        "keeps it); objects alive at start-up are also frozen out of every collection",
+    )
 
     def __post_init__(self) -> None:
         positive = (
             "completed_ttl",
             "retrieved_ttl",
+            "dedup_ttl",
             "keep_alive",
             "connect_timeout",
             "read_timeout",
@@ -87,8 +98,23 @@ class Settings:
         for name in ("poll_hold", "retry_after", "shutdown_timeout", "port"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        self.gc_thresholds()  # raises ValueError on a malformed value
         if not self.router_url.startswith(("http://", "https://")):
             raise ValueError(f"router_url must be an http(s) URL, got {self.router_url!r}")
+
+    def gc_thresholds(self) -> tuple[int, int, int]:
+        """`gc_threshold` as the three ints gc.set_threshold takes."""
+        parts = self.gc_threshold.split(",")
+        try:
+            values = tuple(int(part) for part in parts)
+        except ValueError:
+            values = ()
+        if len(values) != 3 or min(values) < 1:
+            raise ValueError(
+                f"gc_threshold must be three positive ints like 50000,20,20, got "
+                f"{self.gc_threshold!r}"
+            )
+        return values
 
     @property
     def completions_url(self) -> str:

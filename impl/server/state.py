@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -48,6 +49,48 @@ class LagMonitor:
         }
 
 
+class GcMonitor:
+    """Garbage-collector pauses (gc.callbacks): count, total and recent worst per generation.
+
+    A full (generation 2) collection walks every tracked object, and a server holding thousands
+    of connections, tasks and records has many: its pause stops the event loop like any other
+    blocking call, so /healthz shows it beside the loop lag.
+    """
+
+    def __init__(self, window: int = 64) -> None:
+        self.pauses: deque[tuple[int, float]] = deque(maxlen=window)
+        self.counts = [0, 0, 0]
+        self.total = [0.0, 0.0, 0.0]
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._began
+        generation = info["generation"]
+        self.counts[generation] += 1
+        self.total[generation] += pause
+        self.pauses.append((generation, pause))
+
+    def start(self) -> None:
+        gc.callbacks.append(self._callback)
+
+    def stop(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def snapshot(self) -> dict[str, object]:
+        recent = list(self.pauses)
+        return {
+            "collections": list(self.counts),
+            "total_ms": [round(t * 1e3, 1) for t in self.total],
+            "max_recent_ms": round(max((p for _, p in recent), default=0.0) * 1e3, 3),
+            "frozen_objects": gc.get_freeze_count(),
+            "threshold": list(gc.get_threshold()),
+        }
+
+
 @dataclass
 class State:
     settings: Settings
@@ -56,6 +99,7 @@ class State:
     sessions: Sessions
     forwarder: Forwarder
     lag: LagMonitor
+    gc: GcMonitor = field(default_factory=GcMonitor)
     started: float = field(default_factory=time.monotonic)
     #: Hot-route copies of settings, in the form the raw handlers write them.
     poll_hold: float = 0.0

@@ -11,6 +11,10 @@ is in time order, so the sweep pops from the front: O(1) per record, no scan).
 
 Pending records hold no request body: only ids, waiters and counters. A repeated
 `(sampling_session_id, seq_id)` maps to the same record (the SDK retries with the same seq_id).
+Once a delivered record is evicted, its key still answers with the same request_id for
+`dedup_ttl` seconds (its poll then gets 404, like any evicted future): an attempt the client gave
+up on and the server reaches late (minutes behind, under overload) must not generate the sample
+a second time. A key whose result expired undelivered is forgotten, so a re-submit generates.
 Legacy JSON for non-protobuf clients is derived from the stored proto bytes on first use,
 cached, and computed once even when several polls miss together (one asyncio Future per record);
 large payloads are converted in a worker thread so the event loop keeps serving.
@@ -37,6 +41,7 @@ class Record:
 
     __slots__ = (
         "deadline",
+        "delivered",
         "error",
         "json",
         "json_future",
@@ -61,6 +66,7 @@ class Record:
         self.waiters: list[asyncio.Future[None]] | None = None
         self.deadline = 0.0
         self.size = 0
+        self.delivered = False
 
 
 class FutureStore(Protocol):
@@ -119,8 +125,10 @@ class MemoryStore:
         max_outstanding: int,
         max_result_bytes: int,
         to_json: Callable[[bytes], bytes],
+        dedup_ttl: float = 600.0,
     ) -> None:
         self.completed_ttl = completed_ttl
+        self.dedup_ttl = dedup_ttl
         self.retrieved_ttl = retrieved_ttl
         self.max_outstanding = max_outstanding
         self.max_result_bytes = max_result_bytes
@@ -129,12 +137,14 @@ class MemoryStore:
         self.keys: dict[Key, Record] = {}
         self.expiries: deque[tuple[float, Record]] = deque()  # completed_ttl deadlines
         self.retrievals: deque[tuple[float, Record]] = deque()  # retrieved_ttl deadlines
+        self.tombstones: deque[tuple[float, Record]] = deque()  # dedup_ttl of evicted keys
         self.pending = 0
         self.stored_bytes = 0
         self.counts = dict.fromkeys(
             (
                 "submitted",
                 "deduplicated",
+                "late_duplicates",
                 "completed",
                 "failed",
                 "delivered",
@@ -176,8 +186,13 @@ class MemoryStore:
     # -- the interface ---------------------------------------------------------------------
     async def lookup(self, key: Key) -> Record | None:
         record = self.keys.get(key)
-        if record is None or self._expired(record):
+        if record is None:
             return None
+        if record.request_id not in self.records or self._expired(record):
+            if self.keys.get(key) is not record:  # expired undelivered: forgotten
+                return None
+            self.counts["late_duplicates"] += 1
+            return record
         self.counts["deduplicated"] += 1
         return record
 
@@ -245,6 +260,7 @@ class MemoryStore:
         if record.state == PENDING or record.request_id not in self.records:
             return
         self.counts["delivered"] += 1
+        record.delivered = True
         record.deadline = self._now() + self.retrieved_ttl
         self.retrievals.append((record.deadline, record))
 
@@ -289,11 +305,16 @@ class MemoryStore:
         if self.records.pop(record.request_id, None) is None:
             return
         if record.key is not None and self.keys.get(record.key) is record:
-            del self.keys[record.key]
+            if record.delivered:  # the key stays a tombstone for dedup_ttl
+                self.tombstones.append((self._now() + self.dedup_ttl, record))
+            else:
+                del self.keys[record.key]
         self.stored_bytes -= record.size
         self.counts["evicted"] += 1
         record.size = 0
         record.json = None
+        record.payload = None
+        record.json_future = None
 
     def sweep(self) -> int:
         """Evict every record whose current deadline has passed; the number evicted."""
@@ -307,6 +328,10 @@ class MemoryStore:
                 if record.deadline == deadline and record.request_id in self.records:
                     self._evict(record)
                     evicted += 1
+        while self.tombstones and self.tombstones[0][0] <= now:
+            _, record = self.tombstones.popleft()
+            if self.keys.get(record.key) is record:
+                del self.keys[record.key]
         return evicted
 
 

@@ -1,4 +1,4 @@
-"""`GET /healthz`: picks with their reasons, store counts, stored bytes, event-loop lag."""
+"""`GET /healthz`: picks and why, store counts, stored bytes, event-loop lag, GC pauses."""
 
 from __future__ import annotations
 
@@ -23,5 +23,6 @@ async def healthz(state: ServerState) -> dict[str, Any]:
         "forwards_in_flight": len(state.forwarder.tasks),
         "forward_attempts": state.forwarder.attempts,
         "event_loop_lag_ms": state.lag.snapshot(),
+        "gc": state.gc.snapshot(),
         "uptime_s": round(state.uptime(), 1),
     }
