@@ -211,8 +211,13 @@ def test_retention_evicts_and_frees_bytes(upstream):
         assert health["stored_bytes"] == 0
         assert health["evicted"] == 2
         assert api.retrieve(kept).status_code == 404
-        # Evicted: the same seq_id is a new sample now (a new forward, a new id).
+        # Expired undelivered: the same seq_id is a new sample now (a new forward, a new id).
         assert api.asample(ssid, 1, seed=11, max_tokens=64).json()["request_id"] != kept
+        # Delivered, then evicted: the key still answers with its id and nothing is generated.
+        forwards = _forwards(upstream, 12)
+        assert api.asample(ssid, 2, seed=12, max_tokens=64).json()["request_id"] == taken
+        assert _forwards(upstream, 12) == forwards
+        assert api.healthz()["store"]["late_duplicates"] == 1
         api.close()
 
 
