@@ -37,7 +37,7 @@ clean:
 ASV := $(BIN)/python -m asv
 ASV_MACHINE ?= hotpath-ci
 N ?= 20
-.PHONY: asv asv-history dashboard perf gate
+.PHONY: asv asv-history dashboard perf gate gate-demo
 
 asv: $(STAMP)
 	$(ASV) machine --yes --machine $(ASV_MACHINE)
@@ -61,3 +61,6 @@ perf: $(STAMP)
 
 gate: $(STAMP)
 	$(BIN)/python -m impl.bench.gate $(ARGS)
+
+gate-demo: $(STAMP)
+	$(BIN)/python -m impl.bench.gate_demo $(ARGS)

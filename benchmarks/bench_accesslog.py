@@ -10,6 +10,7 @@ httptools, trivial route) in a subprocess per measurement and reads its CPU from
 import io
 import logging
 import os
+import time
 
 from impl import registry
 from impl.accesslog._common import ACCESS_LOGGER, ACCESS_MESSAGE, access_record, parse_lines
@@ -38,11 +39,22 @@ def _check(implementation):
 
 
 class AccessRecord:
-    """One access record on the calling thread: the handler alone, and uvicorn's whole call."""
+    """One access record on the calling thread: the handler alone, and uvicorn's whole call.
+
+    Timer: `time.thread_time`, the CPU time of the calling thread only. The claim is the cost
+    on the thread that logs (uvicorn's event loop); `process_time` would also charge whatever
+    the queue handler's listener thread formats and writes while a sample runs (it wakes every
+    10 ms), by accident of scheduling, and wall time would charge time the thread waited for
+    the GIL or for a core. The listener's CPU is reported by `track_listener_cpu_us`.
+    Warm: asv re-runs `setup` before every sample (one call each), so `setup` ends with two
+    untimed calls of each path; the first call after creating a handler cost 20-60 µs of
+    thread CPU here, the following ones 6-16 µs, and that first call is not what uvicorn pays.
+    """
 
     params = (NAMES,)
     param_names = ("implementation",)
     timeout = 300
+    timer = time.thread_time
 
     def setup(self, implementation):
         _check(implementation)
@@ -51,6 +63,9 @@ class AccessRecord:
         self.logger = logging.Logger(ACCESS_LOGGER)
         self.logger.addHandler(self.handler)
         self.record = access_record(*FACTS)
+        for _ in range(2):  # warm (see the class docstring)
+            self.handler.handle(self.record)
+            self.logger.info(ACCESS_MESSAGE, *FACTS)
 
     def teardown(self, implementation):
         self.handler.close()

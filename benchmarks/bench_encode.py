@@ -5,6 +5,8 @@ from numpy arrays (no decoder involved). Params are the registry tables, not wha
 installed; an implementation that cannot run here raises NotImplementedError in setup (n/a).
 """
 
+import time
+
 from impl import registry
 from impl.encode import (
     JSON_IMPLEMENTATIONS,
@@ -17,11 +19,17 @@ TOKENS = list(samples.SIZES)
 
 
 class Encode:
-    """One Completion into SampleResponse wire bytes, per implementation and size."""
+    """One Completion into SampleResponse wire bytes, per implementation and size.
+
+    Timer: `time.process_time`, the CPU time of this process: an encode is single-threaded and
+    CPU-bound, so CPU time is its cost and excludes the time the process waited for a core on
+    a loaded machine (which wall time counts, and which differs between asv's rounds).
+    """
 
     params = (list(registry.names("encode")), TOKENS)
     param_names = ("implementation", "tokens")
     timeout = 120
+    timer = time.process_time
 
     def setup(self, implementation, tokens):
         reason = registry.unavailable_reason("encode", implementation)

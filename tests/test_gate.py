@@ -55,6 +55,15 @@ def test_within_the_factor_passes(at):
     assert not gate.compare(at[0], at[1], BENCH, 2.5)[0]
 
 
+def test_slower_and_ratios_per_benchmark(at):
+    """The per-benchmark rule the confirmation uses agrees with the table; ratios are HEAD/base."""
+    assert gate.slower(at[0], at[1], BENCH, 1.5) == {tiny.BENCH}
+    assert gate.slower(at[0], at[2], BENCH, 1.5) == set()
+    assert gate.slower(at[0], at[3], BENCH, 1.5) == set()  # a failure is not a slowdown
+    row = gate.ratios(at[0], at[1], BENCH)[tiny.BENCH]
+    assert (row["base"], row["head"], row["ratio"]) == (10.0, 20.0, 2.0)
+
+
 def test_failure_on_head_is_reported(at):
     """A benchmark that ran on the base and fails on HEAD has no HEAD result."""
     _, on_base, on_head = gate.compare(at[0], at[3], BENCH, 1.5)

@@ -1,0 +1,288 @@
+"""Show, repeatably, that the regression gate catches a 2x slowdown and passes unchanged code.
+
+`python -m impl.bench.gate_demo` (or `make gate-demo`) works in a throwaway git repository under
+`.asv/gate-demo/repo` (kept between runs, so asv's virtualenv there is built once). It commits a
+snapshot of this working tree (tracked and untracked, not ignored, files) as the base, then two
+commits on top of it:
+
+- `slow`: the decoder the gate picks decodes every body twice (its module's `create()` returns
+  a wrapper whose `decode` calls the real one twice); the demo times it directly, CPU time,
+  against the unchanged decoder on the gated 262k-token body and prints the ratio (~2x);
+- `unchanged`: one comment line added to the same module.
+
+Each case runs the real gate (`python -m impl.bench.gate --base <snapshot> --head <case>`, in
+the throwaway repository) `--runs` times, cases alternating, and a table prints the gate's exit
+status, the decode ratio it measured, whether its verdict was the expected one, and its wall
+time. Exit 0 only when every verdict was correct. Gate logs: `.asv/gate-demo/logs/`. Nothing
+here touches this repository's git state or its `.asv/results`.
+
+`--timers N` instead runs N fresh processes (like asv's rounds) that each time the gated decode
+5 times by wall clock and CPU time at once, with a fresh decoder per call (the old benchmark)
+and a warm one (the new), and prints how far the per-process medians spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from impl.bench import gate
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKDIR = ROOT / ".asv" / "gate-demo"
+DECODE = "bench_decode.Decode.time_decode"
+EXPECTED = {"slow": 1, "unchanged": 0}
+
+#: appended to the picked decoder's module: create() now returns a decoder that decodes twice
+SLOWDOWN = """
+
+# gate demo: a deliberate 2x slowdown, every body is decoded twice
+_create_once = create
+
+
+class _DecodesTwice:
+    def __init__(self, decoder):
+        self._decoder = decoder
+
+    def __getattr__(self, name):
+        return getattr(self._decoder, name)
+
+    def decode(self, body, **options):
+        self._decoder.decode(body, **options)
+        return self._decoder.decode(body, **options)
+
+
+def create(**options):
+    return _DecodesTwice(_create_once(**options))
+"""
+UNCHANGED = "\n# gate demo: an unchanged commit (this comment is the whole change)\n"
+
+
+def git(repo: Path, *args: str) -> str:
+    """stdout of `git ARGS` in `repo` (the throwaway one, or read-only queries of ROOT)."""
+    command = ["git", "-c", "user.name=gate-demo", "-c", "user.email=gate-demo@localhost", *args]
+    done = subprocess.run(command, cwd=repo, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def decoder_module(name: str) -> str:
+    """Path (relative to the repository) of the module that implements decoder `name`."""
+    from impl import registry
+
+    return registry.entry("decode", name).module.replace(".", "/") + ".py"
+
+
+def snapshot(repo: Path) -> str:
+    """Commit this working tree's files into `repo` (created if needed); the commit's hash."""
+    if not (repo / ".git").exists():
+        repo.mkdir(parents=True, exist_ok=True)
+        git(repo, "init", "-q", "-b", "main")
+    elif git(repo, "rev-list", "-n1", "--all"):
+        git(repo, "checkout", "-q", "-f", "-B", "main")
+    listed = git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    files = {f for f in listed.split("\0") if f and (ROOT / f).is_file()}
+    for stale in set(git(repo, "ls-files", "-z").split("\0")) - files - {""}:
+        (repo / stale).unlink(missing_ok=True)
+    for name in files:
+        source, target = ROOT / name, repo / name
+        if not target.is_file() or target.read_bytes() != source.read_bytes():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    git(repo, "add", "-A")
+    if git(repo, "status", "--porcelain") or not git(repo, "rev-list", "-n1", "--all"):
+        git(repo, "commit", "-q", "--allow-empty", "-m", "gate demo: snapshot of the working tree")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def case_commit(repo: Path, base: str, module: str, case: str) -> str:
+    """A commit on `base` changing `module` for `case` (branch `case`); `repo` is left at base."""
+    path = repo / module
+    path.write_text(path.read_text() + (SLOWDOWN if case == "slow" else UNCHANGED))
+    git(repo, "commit", "-q", "-am", f"gate demo: {case}")
+    commit = git(repo, "rev-parse", "HEAD")
+    git(repo, "branch", "-f", case, commit)
+    git(repo, "reset", "-q", "--hard", base)
+    return commit
+
+
+def load_module(path: Path, name: str) -> Any:
+    """Import the file at `path` as module `name` (its imports come from this interpreter)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def direct_ratio(repo: Path, picked: str, module: str, rounds: int = 7) -> tuple[float, float]:
+    """CPU time of the slow commit's decoder over the unchanged one on the gated body, best of
+    `rounds` (the two alternate); and the unchanged decoder's best seconds."""
+    from impl import registry
+    from impl.harness.bodies import body_for
+
+    body = body_for(gate.DECODE_TOKENS, kind=gate.DECODE_BODY)
+    slow_path = repo.parent / "slow_decoder.py"
+    slow_path.write_text(git(repo, "show", f"slow:{module}") + "\n")
+
+    fast = registry.create("decode", picked)
+    slow = load_module(slow_path, "_gate_demo_slow").create()
+    best = {"fast": float("inf"), "slow": float("inf")}
+    for _ in range(rounds):
+        for key, decoder in (("fast", fast), ("slow", slow)):
+            start = time.process_time()
+            decoder.decode(body)
+            best[key] = min(best[key], time.process_time() - start)
+    return best["slow"] / best["fast"], best["fast"]
+
+
+#: one asv-like round in a fresh process: 5 samples of the gated decode by a fresh decoder (the
+#: old benchmark) and by a warm one (the new), each timed by wall clock and CPU time at once
+ROUND = """
+import json, statistics, sys, time
+from impl import registry
+from impl.harness.bodies import body_for
+name, tokens, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+body = body_for(tokens, kind=kind)
+warm = registry.create("decode", name)
+warm.decode(body)
+times = {"fresh wall": [], "fresh cpu": [], "warm wall": [], "warm cpu": []}
+for _ in range(5):
+    for how in ("fresh", "warm"):
+        decoder = registry.create("decode", name) if how == "fresh" else warm
+        wall, cpu = time.perf_counter(), time.process_time()
+        decoder.decode(body)
+        times[how + " cpu"].append(time.process_time() - cpu)
+        times[how + " wall"].append(time.perf_counter() - wall)
+print(json.dumps({key: statistics.median(values) for key, values in times.items()}))
+"""
+
+
+def timers(processes: int) -> None:
+    """Print how much the per-round median of the gated decode moves between fresh processes
+    (asv's rounds) by wall clock and by CPU time, with a fresh and with a warm decoder."""
+    picked = gate.picked("decode")
+    args = [picked, str(gate.DECODE_TOKENS), gate.DECODE_BODY]
+    rounds = []
+    for _ in range(processes):
+        done = subprocess.run(
+            [sys.executable, "-c", ROUND, *args], cwd=ROOT, capture_output=True, text=True
+        )
+        if done.returncode:
+            raise SystemExit(done.stderr)
+        rounds.append(json.loads(done.stdout))
+    print(f"gate-demo: {processes} fresh processes, median of 5 decodes each ({picked}, 20 MB)")
+    print("| timer, decoder | per-process medians (ms) | max / min |")
+    print("|---|---|---|")
+    for key in rounds[0]:
+        values = sorted(r[key] * 1e3 for r in rounds)
+        shown = ", ".join(f"{v:.0f}" for v in values)
+        print(f"| {key} | {shown} | {values[-1] / values[0]:.2f} |")
+
+
+def run_gate(repo: Path, base: str, head: str, log: Path, summary: Path) -> tuple[int, float]:
+    """The real gate in `repo` (its own code and asv files); exit status and wall seconds."""
+    command = [sys.executable, "-m", "impl.bench.gate", "--base", base, "--head", head]
+    # `-m` puts the cwd (the throwaway repository) first on sys.path: its impl, its asv files
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    start = time.monotonic()
+    with log.open("w") as out:
+        status = subprocess.run(
+            [*command, "--json", str(summary)], cwd=repo, env=env, stdout=out, stderr=out
+        ).returncode
+    return status, time.monotonic() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m impl.bench.gate_demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--runs", type=int, default=2, help="gate runs per case (default 2)")
+    parser.add_argument(
+        "--cases",
+        default="slow,unchanged",
+        help="comma-separated cases to run, of: slow, unchanged (default both)",
+    )
+    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="default .asv/gate-demo")
+    parser.add_argument(
+        "--timers",
+        type=int,
+        metavar="N",
+        help="instead: time the gated decode in N fresh processes by wall clock and CPU time",
+    )
+    args = parser.parse_args(argv)
+    if args.timers:
+        timers(args.timers)
+        return 0
+    cases = [c for c in args.cases.split(",") if c]
+    if not cases or set(cases) - set(EXPECTED):
+        parser.error(f"--cases: choose from {', '.join(EXPECTED)}")
+    repo, logs = args.workdir.resolve() / "repo", args.workdir.resolve() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    if repo == ROOT or repo in ROOT.parents:
+        parser.error("--workdir must not hold this repository")
+
+    picked = gate.picked("decode")
+    module = decoder_module(picked)
+    base = snapshot(repo)
+    commits = {case: case_commit(repo, base, module, case) for case in EXPECTED}
+    ratio, seconds = direct_ratio(repo, picked, module)
+    print(f"gate-demo: repository {repo}, base {base[:8]} (snapshot of {ROOT})")
+    print(
+        f"gate-demo: picked decoder {picked} ({module}); commits slow {commits['slow'][:8]}, "
+        f"unchanged {commits['unchanged'][:8]}"
+    )
+    print(
+        f"gate-demo: timed directly (CPU, best of 7): the slow commit's decoder takes "
+        f"{ratio:.2f}x the unchanged one's {seconds * 1e3:.1f} ms on the gated body"
+    )
+    rows = []
+    for run in range(1, args.runs + 1):
+        for case in cases:
+            log = logs / f"{case}-{run}.log"
+            summary = logs / f"{case}-{run}.json"
+            summary.unlink(missing_ok=True)
+            print(f"gate-demo: run {run}, {case}: gate running (log {log})", flush=True)
+            status, wall = run_gate(repo, base, commits[case], log, summary)
+            values = json.loads(summary.read_text())["benchmarks"] if summary.exists() else {}
+            decode = values.get(DECODE, {})
+            others = [
+                (row["ratio"], name.split(".")[-1])
+                for name, row in values.items()
+                if name != DECODE and row["ratio"] is not None
+            ]
+            correct = status == EXPECTED[case]
+            rows.append((run, case, EXPECTED[case], status, decode, max(others, default=None)))
+            rows[-1] += (correct, wall)
+            print(f"gate-demo: run {run}, {case}: exit {status}, {wall:.0f} s", flush=True)
+    print()
+    print(
+        "| run | case | expected exit | gate exit | decode ratio | largest other ratio "
+        "| verdict correct | wall |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for run, case, expected, status, decode, other, correct, wall in rows:
+        decode_text = "n/a"
+        if decode.get("ratio") is not None:
+            ms = f"{decode['base'] * 1e3:.0f} -> {decode['head'] * 1e3:.0f} ms"
+            decode_text = f"{decode['ratio']:.2f}x ({ms})"
+        other_text = "n/a" if other is None else f"{other[0]:.2f}x ({other[1]})"
+        print(
+            f"| {run} | {case} | {expected} | {status} | {decode_text} | {other_text} "
+            f"| {'yes' if correct else 'NO'} | {wall / 60:.1f} min |"
+        )
+    wrong = sum(not row[6] for row in rows)
+    print(f"\ngate-demo: {len(rows) - wrong} of {len(rows)} verdicts correct")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
