@@ -1,14 +1,20 @@
 """`hotpath bench`: every family's table (parity, time, ratio to the reference), recorded for picks.
 
-Each family has a module `impl/bench/<family>.py` with `run(quick: bool) -> Section`; this
-runner prints the sections, writes one JSON results file (with the environment, so every
-figure can be traced to what produced it) and records the measurements `impl.pick` uses.
+Each family has a module `impl/bench/<family>.py` with `run(quick: bool) -> Section` (and an
+optional keyword `full: bool`); this runner prints the sections, writes one JSON results file
+(with the environment and each section's seconds, so every figure can be traced to what
+produced it) and records the measurements `impl.pick` uses.
+
+Three lengths: `--quick` (a smoke run, under a minute), the default (every table at the sizes
+that matter, under ~5 minutes on 2 shared cores) and `--full` (every size, more repeats,
+decode's peak-memory subprocesses, pool's 8192-in-flight point and a 200 s burst budget).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import sys
 import time
@@ -25,6 +31,12 @@ SECTIONS: tuple[str, ...] = ("decode", "encode", "pool", "accesslog", "server", 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="fewer sizes and repeats: under a minute"
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="the long run (~10 min here): every size, more repeats, decode peak memory, pool at "
+        "8192 in flight with a 200 s burst budget (HOTPATH_POOL_BUDGET overrides)",
     )
     parser.add_argument(
         "--only",
@@ -47,13 +59,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _write(path: Path, sections: list[Section], errors: dict[str, str], args, started) -> float:
+#: Printed last: where to go from the tables.
+LOOK_NEXT = (
+    'Where to look next: README "The main job" reads these tables; '
+    "`hotpath loadtest --preset NAME --compare baseline --report r.json` for one scenario's "
+    "full table (`--profile profiles/NAME` for a py-spy profile); "
+    "`hotpath bench --full` for every size and the peak-memory table; "
+    "`make asv` / `make gate` for history and regressions."
+)
+
+
+def _write(
+    path: Path,
+    sections: list[Section],
+    errors: dict[str, str],
+    args,
+    started,
+    timings: dict[str, float],
+) -> float:
     """Write everything measured so far (called after every section, so a crash loses nothing)."""
     seconds = round(time.perf_counter() - started, 1)
     results = {
         "environment": environment(),
         "seconds": seconds,
         "quick": args.quick,
+        "full": getattr(args, "full", False),
+        "section_seconds": timings,
         "sections": [section.as_json() for section in sections],
         "errors": errors,
     }
@@ -62,21 +93,35 @@ def _write(path: Path, sections: list[Section], errors: dict[str, str], args, st
     return seconds
 
 
+def _run_section(name: str, quick: bool, full: bool) -> Section:
+    module = importlib.import_module(f"impl.bench.{name}")
+    if full and "full" in inspect.signature(module.run).parameters:
+        return module.run(quick=quick, full=True)
+    return module.run(quick=quick)
+
+
 def run(args: argparse.Namespace) -> int:
     sections: list[Section] = []
     errors: dict[str, str] = {}
+    timings: dict[str, float] = {}
+    full = getattr(args, "full", False)
+    if full and args.quick:
+        print("--full and --quick: --quick wins", file=sys.stderr)
+        full = args.full = False
     started = time.perf_counter()
     for name in args.only or SECTIONS:
         print(f"== {name} ==", file=sys.stderr, flush=True)
+        begun = time.perf_counter()
         try:
-            module = importlib.import_module(f"impl.bench.{name}")
-            section = module.run(quick=args.quick)
+            section = _run_section(name, args.quick, full)
         except Exception as exc:  # one broken section must not lose the others' figures
+            timings[name] = round(time.perf_counter() - begun, 1)
             errors[name] = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
             print(f"\nsection {name} FAILED: {errors[name]}\n", flush=True)
-            _write(args.json, sections, errors, args, started)
+            _write(args.json, sections, errors, args, started, timings)
             continue
+        timings[name] = round(time.perf_counter() - begun, 1)
         sections.append(section)
         print(f"\n{section.title}\n{section.table}\n", flush=True)
         if section.notes:
@@ -84,9 +129,12 @@ def run(args: argparse.Namespace) -> int:
         if section.measurements and not args.no_record:
             path = pick.record(section.family, section.measurements)
             print(f"(recorded {section.family} measurements for picks in {path})\n", flush=True)
-        _write(args.json, sections, errors, args, started)
-    seconds = _write(args.json, sections, errors, args, started)
-    print(f"results: {args.json}  ({seconds} s)")
+        _write(args.json, sections, errors, args, started, timings)
+    seconds = _write(args.json, sections, errors, args, started, timings)
+    mode = "quick" if args.quick else "full" if full else "default"
+    per_section = ", ".join(f"{name} {value:.0f} s" for name, value in timings.items())
+    print(f"{LOOK_NEXT}\n")
+    print(f"results: {args.json}  ({mode} run, {seconds} s: {per_section})")
     failed = [row for s in sections for row in s.rows if row.get("parity") is False]
     if failed:
         print(f"PARITY FAILURES: {len(failed)} rows differ from their reference", file=sys.stderr)

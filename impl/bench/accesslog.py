@@ -6,13 +6,19 @@ Two measurements per handler:
    the enqueue only, and the listener thread's CPU per record is reported beside it;
 2. a real uvicorn (uvloop, httptools) serving a trivial route in a subprocess, driven with
    sequential keep-alive requests from this process: the server's CPU per request, its main
-   (event-loop) thread's CPU per request, and whether the log file got every line.
+   (event-loop) thread's CPU per request, and whether the log file got every line. One server
+   per handler, all started side by side and kept up for the run; each repeat drives every
+   server in turn (round robin) and reads only that server's CPU across its own batch.
+
+Lengths (`LENGTHS`): records per caller round, requests per server batch, batches; quick runs
+one batch, default three of 5000 requests, full three of 10000.
 
     python -m impl.bench.accesslog serve NAME LOGFILE [OPTION=NUMBER ...]  # prints its port
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import statistics
@@ -62,13 +68,21 @@ def start_server(
     name: str, log_path: str | os.PathLike[str], **options: float
 ) -> tuple[subprocess.Popen, int]:
     """The server subprocess and its port (the caller stops it with `stop_server`)."""
+    return _ready(_spawn(name, log_path, **options))
+
+
+def _spawn(name: str, log_path: str | os.PathLike[str], **options: float) -> subprocess.Popen:
     extra = [f"{key}={value}" for key, value in options.items()]
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "impl.bench.accesslog", "serve", name, os.fspath(log_path), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[2],
     )
+
+
+def _ready(proc: subprocess.Popen) -> tuple[subprocess.Popen, int]:
+    """Wait for a spawned server's port line, then until it accepts."""
     line = proc.stdout.readline()  # type: ignore[union-attr]
     if not line.strip():
         proc.kill()
@@ -201,6 +215,56 @@ def server_cost(name: str, n: int, warmup: int = 300) -> dict[str, Any]:
     }
 
 
+def server_costs(
+    names: list[str], counts: dict[str, int], repeats: int, warmup: int = 300
+) -> dict[str, list[dict[str, Any]]]:
+    """`server_cost` for every handler with one server each, started once, driven round-robin.
+
+    The servers start together and stay up; each repeat drives every one in turn (so load drift
+    hits every handler) and reads only that server's CPU across its own batch.
+    """
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        servers: dict[str, tuple[subprocess.Popen, int]] = {}
+        try:
+            spawned = {name: _spawn(name, Path(tmp) / f"{name}.log") for name in names}
+            for name, proc in spawned.items():  # they start side by side
+                try:
+                    servers[name] = _ready(proc)
+                except BaseException:
+                    for other in spawned.values():
+                        if all(other is not p for p, _port in servers.values()):
+                            with contextlib.suppress(Exception):  # may be stopped already
+                                stop_server(other)
+                    raise
+            ports: dict[str, set[int]] = {name: set() for name in names}
+            for _proc, port in servers.values():
+                drive(port, warmup)
+            for repeat in range(repeats):
+                for name, (proc, port) in servers.items():
+                    n = counts[name]
+                    print(f"  uvicorn with {name}: {n} requests ({repeat + 1})", file=sys.stderr)
+                    main0, total0 = cpu_ns(proc.pid)
+                    ports[name].add(drive(port, n))
+                    main1, total1 = cpu_ns(proc.pid)
+                    main_us, total_us = (main1 - main0) / n / 1e3, (total1 - total0) / n / 1e3
+                    runs[name].append({"total_us": total_us, "loop_us": main_us})
+        finally:
+            for proc, _port in servers.values():
+                stop_server(proc)
+        for name in names:  # every line written once the server stopped (queue flushes on exit)
+            text = (Path(tmp) / f"{name}.log").read_text()
+            lines = [parse_line(line) for line in text.splitlines() if line.strip()]
+            expected = 0 if name == "null" else warmup + repeats * counts[name]
+            mine = {f"127.0.0.1:{port}" for port in ports[name]}
+            ours = [f for f in lines if f and f.client in mine]
+            sent = repeats * counts[name]
+            complete = len(lines) == expected and (name == "null" or len(ours) == sent)
+            for run in runs[name]:
+                run.update(lines=len(lines), expected_lines=expected, complete=complete)
+    return runs
+
+
 def calibrate(candidates: list[str]) -> list[dict[str, Any]]:
     """A short per-record measurement for `impl.pick` (null never counts: it loses lines)."""
     cost = {
@@ -213,23 +277,31 @@ def calibrate(candidates: list[str]) -> list[dict[str, Any]]:
     return [{"input": "per-record handle (calibration)", "size_bytes": None, "cost": cost}]
 
 
-def run(quick: bool) -> Section:
+#: (records per round on the caller, requests per server batch, batches): quick, default, full;
+#: rich is ~100x slower per record, so it gets a tenth (caller) and a third (server) of them.
+LENGTHS = {"quick": (5000, 2000, 1), "default": (10_000, 5000, 3), "full": (20_000, 10_000, 3)}
+
+
+def run(quick: bool, full: bool = False) -> Section:
+    length = "quick" if quick else "full" if full else "default"
+    records, requests, repeats = LENGTHS[length]
     names = registry.available("accesslog")
-    per_record = {name: caller_cost(name, rounds=3 if quick else 5) for name in names}
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    for repeat in range(1 if quick else 3):  # round-robin, so load drift hits every handler
-        for name in names:
-            n = (1000 if quick else 3000) if name == "rich" else (4000 if quick else 10_000)
-            print(
-                f"  uvicorn with {name}: {n} requests ({repeat + 1})", file=sys.stderr, flush=True
-            )
-            runs[name].append(server_cost(name, n))
+    per_record = {
+        name: caller_cost(
+            name,
+            rounds=3 if quick else 5,
+            number=records // 60 if name == "rich" else records,
+        )
+        for name in names
+    }
+    counts = {name: requests // 3 if name == "rich" else requests for name in names}
+    runs = server_costs(list(names), counts, repeats)
     servers = {
         name: {
             "loop_us": statistics.median(r["loop_us"] for r in results),
             "total_us": statistics.median(r["total_us"] for r in results),
-            "lines": sum(r["lines"] for r in results),
-            "expected_lines": sum(r["expected_lines"] for r in results),
+            "lines": results[0]["lines"],
+            "expected_lines": results[0]["expected_lines"],
             "complete": all(r["complete"] for r in results),
         }
         for name, results in runs.items()
@@ -287,7 +359,11 @@ def run(quick: bool) -> Section:
         "uvicorn (uvloop, httptools, trivial ASGI route) in a subprocess, sequential keep-alive "
         "requests from this process, access log to a file; CPU from /proc/PID/task/*/schedstat; "
         "'loop' = the main (event-loop) thread. 'lines' = lines in the file / requests sent "
-        "(null: access log off, no line by design; left out of picks)."
+        "(null: access log off, no line by design; left out of picks).\n"
+        f"This run: {records} records x {3 if quick else 5} rounds per handler on the caller "
+        f"(rich: {records // 60}); one server per handler, {counts.get('plain', requests)} "
+        f"requests per batch (rich: {requests // 3}), median of {repeats} round-robin "
+        f"batch(es) after {300} warm-up requests."
     )
     return Section(
         "accesslog", "accesslog: handler cost on the event loop", table, rows, measurements, notes

@@ -3,9 +3,14 @@
 Per generated-token count and body kind: each implementation's median time, MB/s, ratio to the
 reference and to orjson, and parity (its Completion equals the reference's on the same body,
 bit for bit). `auto` is measured last, built from this run's measurements, and compared with
-the fastest. Peak memory of decoding the 262144-token vLLM body is measured per implementation
-in a fresh subprocess (growth of the peak RSS, VmHWM, across the one decode, so C/C++ heaps
-such as simdjson's parser count too). The measurement rows feed `impl.pick` and `auto`.
+the fastest. With `full`, peak memory of decoding the 262144-token vLLM body is measured per
+implementation in a fresh subprocess (growth of the peak RSS, VmHWM, across the one decode, so
+C/C++ heaps such as simdjson's parser count too). The measurement rows feed `impl.pick` and
+`auto`; the medians stay in `LAST_SECONDS` for the encode section's comparison.
+
+Lengths: full = 4 token counts x 2 body kinds, 5 rounds; default = 128/32768/262144 x 2 kinds,
+5 rounds (3 when one call takes >= 0.1 s), no memory table; quick = 128 (both kinds) and the
+vLLM body at 32768 and 262144, 2 rounds (a call taking >= 0.1 s is timed once: the parity call).
 """
 
 from __future__ import annotations
@@ -28,10 +33,15 @@ from impl.decode import Completion, DecodeError
 from impl.harness.bodies import body_for
 
 FAMILY = "decode"
-SIZES = (128, 8192, 32768, 262144)
-QUICK_SIZES = (128, 32768, 262144)
 KINDS = ("minimal", "vllm")
+FULL_INPUTS = tuple((n, kind) for n in (128, 8192, 32768, 262144) for kind in KINDS)
+INPUTS = tuple((n, kind) for n in (128, 32768, 262144) for kind in KINDS)
+QUICK_INPUTS = ((128, "minimal"), (128, "vllm"), (32768, "vllm"), (262144, "vllm"))
 MEMORY_TOKENS = 262144
+#: A call at least this long is timed over fewer rounds (its timer noise is already small).
+SLOW_CALL = 0.1
+#: label -> {implementation: median seconds} of the last `run` in this process.
+LAST_SECONDS: dict[str, dict[str, float]] = {}
 
 
 def same(a: Completion, b: Completion) -> bool:
@@ -57,12 +67,18 @@ def same(a: Completion, b: Completion) -> bool:
     return eq(a.prompt_logprobs, b.prompt_logprobs) and topk_same
 
 
-def _time(decoder: Any, body: bytes, quick: bool) -> tuple[float, float, Completion | None]:
+def _time(
+    decoder: Any, body: bytes, quick: bool, full: bool = False
+) -> tuple[float, float, Completion | None]:
     """Median and best seconds per call of further calls, and the result (parity, warm-up)."""
     try:
+        start = time.perf_counter()
         result = decoder.decode(body)
+        first = time.perf_counter() - start
     except DecodeError:
         return float("nan"), float("nan"), None
+    if quick and first >= SLOW_CALL:  # quick: a slow call is timed once, the parity call itself
+        return first, first, result
     number, rounds, min_time = 1, 2 if quick else 5, 0.01 if quick else 0.04
     while True:  # calls per round: enough for `min_time`, so small bodies are not all timer
         start = time.perf_counter()
@@ -73,6 +89,8 @@ def _time(decoder: Any, body: bytes, quick: bool) -> tuple[float, float, Complet
             break
         number *= 2
     samples = [elapsed / number]
+    if samples[0] >= SLOW_CALL and not full:
+        rounds = 1 if quick else 3
     for _ in range(rounds - 1):
         start = time.perf_counter()
         for _ in range(number):
@@ -87,7 +105,7 @@ def _paired(a: Any, b: Any, body: bytes, quick: bool) -> tuple[float, float]:
     On a shared machine load comes in bursts; the best of many short alternating rounds is
     what each call costs when undisturbed, measured under the same conditions for both.
     """
-    number, rounds = 1, 9 if quick else 31
+    number, rounds = 1, 5 if quick else 31
     while True:
         start = time.perf_counter()
         for _ in range(number):
@@ -140,7 +158,7 @@ def peak_memory(names: list[str], body: bytes) -> dict[str, int | None]:
     return out
 
 
-def run(quick: bool) -> Section:
+def run(quick: bool, full: bool = False) -> Section:
     names = [name for name in registry.available(FAMILY) if name != "auto"]
     reference = registry.reference(FAMILY)
     decoders = {name: registry.create(FAMILY, name) for name in names}
@@ -148,25 +166,26 @@ def run(quick: bool) -> Section:
     measurements: list[dict[str, Any]] = []
     expected: dict[str, Completion | None] = {}
     all_bests: dict[str, dict[str, float]] = {}
-    for tokens in QUICK_SIZES if quick else SIZES:
-        for kind in KINDS:
-            body = body_for(tokens, kind=kind)
-            label = f"{kind}-{tokens}"
-            print(f"  {label} ({len(body) / 1e6:.2f} MB)", file=sys.stderr, flush=True)
-            times, bests, results = {}, {}, {}
-            for name in names:
-                times[name], bests[name], results[name] = _time(decoders[name], body, quick)
-            want = expected[label] = results[reference]
-            parity = {
-                name: want is not None and results[name] is not None and same(results[name], want)
-                for name in names
-            }
-            cost = {name: times[name] for name in names if parity[name]}
-            measurements.append({"input": label, "size_bytes": len(body), "cost": cost})
-            for name in names:
-                row = _row(label, tokens, kind, len(body), name, times, parity[name], reference)
-                rows.append(_add_best(row, bests))
-            all_bests[label] = bests
+    LAST_SECONDS.clear()
+    for tokens, kind in QUICK_INPUTS if quick else FULL_INPUTS if full else INPUTS:
+        body = body_for(tokens, kind=kind)
+        label = f"{kind}-{tokens}"
+        print(f"  {label} ({len(body) / 1e6:.2f} MB)", file=sys.stderr, flush=True)
+        times, bests, results = {}, {}, {}
+        for name in names:
+            times[name], bests[name], results[name] = _time(decoders[name], body, quick, full)
+        want = expected[label] = results[reference]
+        parity = {
+            name: want is not None and results[name] is not None and same(results[name], want)
+            for name in names
+        }
+        cost = {name: times[name] for name in names if parity[name]}
+        measurements.append({"input": label, "size_bytes": len(body), "cost": cost})
+        LAST_SECONDS[label] = cost
+        for name in names:
+            row = _row(label, tokens, kind, len(body), name, times, parity[name], reference)
+            rows.append(_add_best(row, bests))
+        all_bests[label] = bests
     # auto: built from this run's rows, then timed against the fastest in alternating rounds,
     # best of each (ratio = dispatch cost + what noise the best-of does not remove).
     auto = registry.create(FAMILY, "auto", rows=measurements)
@@ -175,7 +194,7 @@ def run(quick: bool) -> Section:
         kind, tokens = row["input"].split("-")[0], int(row["input"].split("-")[1])
         body = body_for(tokens, kind=kind)
         fastest = min(row["cost"], key=row["cost"].get)
-        median, best, result = _time(auto, body, quick)
+        median, best, result = _time(auto, body, quick, full)
         # Against the very object auto delegates to: the difference is the dispatch alone.
         direct = (
             auto.decoder_for(len(body)) if auto.choose(len(body)) == fastest else decoders[fastest]
@@ -203,7 +222,7 @@ def run(quick: bool) -> Section:
             ]
         )
     memory_body = body_for(MEMORY_TOKENS, kind="vllm")
-    memory = {} if quick else peak_memory([*names, "auto"], memory_body)
+    memory = peak_memory([*names, "auto"], memory_body) if full else {}
     for name, peak in memory.items():
         for row in rows:
             if row["implementation"] == name and row["input"] == f"vllm-{MEMORY_TOKENS}":
@@ -232,7 +251,22 @@ def run(quick: bool) -> Section:
         + _memory_table(memory, len(memory_body)),
         rows=rows,
         measurements=measurements,
-        notes=_notes(rows),
+        notes=_notes(rows) + _method(quick, full),
+    )
+
+
+def _method(quick: bool, full: bool) -> str:
+    if full:
+        return "\nMedian of 5 timed rounds per input (after one warm-up/parity call)."
+    if quick:
+        return (
+            "\n--quick: median of 2 timed rounds after one warm-up/parity call; a call taking "
+            f">= {SLOW_CALL:g} s is timed once (the parity call itself). `--full` for every size."
+        )
+    return (
+        "\nMedian of 5 timed rounds per input after one warm-up/parity call (3 when one call "
+        f"takes >= {SLOW_CALL:g} s). `--full` adds 8192 tokens, 5 rounds everywhere and the "
+        "peak-memory table."
     )
 
 
@@ -305,7 +339,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def _memory_table(memory: dict[str, int | None], size: int) -> str:
     if not memory:
-        return "(peak memory: measured in the full run, not with --quick)"
+        return "(peak memory of one decode: measured with `hotpath bench --full`)"
     body = [
         [
             name,
@@ -354,7 +388,7 @@ def calibrate(candidates: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-if __name__ == "__main__":  # python -m impl.bench.decode [--quick]
-    section = run(quick="--quick" in sys.argv)
+if __name__ == "__main__":  # python -m impl.bench.decode [--quick | --full]
+    section = run(quick="--quick" in sys.argv, full="--full" in sys.argv)
     print(section.title, section.table, section.notes, sep="\n\n")
     print(json.dumps(section.measurements, indent=1))

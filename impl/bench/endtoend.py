@@ -4,15 +4,21 @@ Runs `hotpath loadtest --preset small-2048 --compare baseline` and a short long-
 comparison (32k-token results) in-process, each a fresh fake router and a fresh `hotpath serve`
 (`--baseline`, then the configuration the server picks from the measurements the earlier
 sections just recorded). A row's `parity` is False when any sample failed or went missing, so
-`hotpath bench` fails on a server that loses results. `--quick` scales the counts down.
+`hotpath bench` fails on a server that loses results.
+
+`--quick` scales the counts down (128 small requests, 8 long ones of 8192 tokens, one client
+process instead of two) and, since starting processes is then most of the time, runs both
+scenarios against one router and one server per side (baseline: router + `--baseline` server;
+picked: its own router + server), in the same order on both sides.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from impl.bench._common import Section, render_table
-from impl.harness import load, presets, report
+from impl.harness import load, presets, procs, report
 
 
 def _scenarios(quick: bool) -> list[tuple[str, str, presets.Scenario]]:
@@ -22,14 +28,20 @@ def _scenarios(quick: bool) -> list[tuple[str, str, presets.Scenario]]:
         return [
             (
                 "small-2048",
-                "--num-requests 128 --distinct-prompts 16",
-                small.with_overrides(num_requests=128, distinct_prompts=16, timeout=60.0),
+                "--num-requests 128 --distinct-prompts 16 --workers 1",
+                small.with_overrides(
+                    num_requests=128, distinct_prompts=16, timeout=60.0, client_workers=1
+                ),
             ),
             (
                 "long-512x32k",
-                "--num-requests 8 --max-tokens 8192 --distinct-prompts 4",
+                "--num-requests 8 --max-tokens 8192 --distinct-prompts 4 --workers 1",
                 long.with_overrides(
-                    num_requests=8, max_tokens=8192, distinct_prompts=4, timeout=60.0
+                    num_requests=8,
+                    max_tokens=8192,
+                    distinct_prompts=4,
+                    timeout=60.0,
+                    client_workers=1,
                 ),
             ),
         ]
@@ -43,18 +55,50 @@ def _cell(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _shared_runs(scenarios: list[presets.Scenario]) -> list[list[dict[str, Any]]]:
+    """[baseline run, picked run] per scenario, each side's scenarios on one router + server."""
+    by_side = []
+    for baseline in (True, False):
+        label = "baseline" if baseline else "picked"
+        first = scenarios[0]
+        router = procs.start_router([*first.router_args(), "--seed", "0"])
+        server = None
+        try:
+            server = procs.start_server(router.url, baseline=baseline, extra=first.server_args)
+            common = dict(url=server.url, router_url=router.url, server_pid=server.pid)
+            by_side.append([load.run_scenario(s, label=label, **common) for s in scenarios])
+        except BaseException:
+            for proc in (server, router):
+                if proc is not None:
+                    sys.stderr.write(f"--- {proc.name} output (tail) ---\n{proc.tail()}\n")
+            raise
+        finally:
+            for proc in (server, router):
+                if proc is not None:
+                    proc.stop()
+    return [list(pair) for pair in zip(*by_side, strict=True)]
+
+
 def run(quick: bool) -> Section:
     rows, table_rows, detail = [], [], []
     picks: dict[str, str] = {}
-    for preset, flags, scenario in _scenarios(quick):
+    scenarios = _scenarios(quick)
+    shared = quick and len({(tuple(s.router_args()), s.server_args) for _, _, s in scenarios}) == 1
+    if shared:
+        print("-- quick: both scenarios on one router + server per side", file=sys.stderr)
+        shared_runs = _shared_runs([scenario for _, _, scenario in scenarios])
+    for index, (preset, flags, scenario) in enumerate(scenarios):
         command = f"hotpath loadtest --preset {preset} {flags} --compare baseline".replace(
             "  ", " "
         )
         print(f"-- {command}", file=sys.stderr, flush=True)
-        runs = [
-            load.run_scenario(scenario, label="baseline", baseline=True),
-            load.run_scenario(scenario, label="picked"),
-        ]
+        if shared:
+            runs = shared_runs[index]
+        else:
+            runs = [
+                load.run_scenario(scenario, label="baseline", baseline=True),
+                load.run_scenario(scenario, label="picked"),
+            ]
         before, after = (report.summarize(r) for r in runs)
         ratios = report.compare(before, after)
         problems = report.verdict(before) + report.verdict(after)
@@ -101,6 +145,11 @@ def run(quick: bool) -> Section:
     notes = "\n\n".join(
         [
             *detail,
+            *(
+                ["--quick: both scenarios ran against one router + server per side, in order."]
+                if shared
+                else []
+            ),
             "The server picks (shown on /healthz; from the measurements recorded above): "
             + (", ".join(f"{k}={v}" for k, v in picks.items()) or "not reported"),
             "Where to look next: `hotpath loadtest --preset NAME --compare baseline "

@@ -11,10 +11,13 @@ client CPU and waiting do not count. Apps are measured in alternating batches (t
 rotates each round); the ratio to Starlette is the median of the per-round ratios, which
 cancels slow drifts of a shared, noisy machine.
 
+Lengths (requests per batch x rounds, per route and app): quick 400 x 3 (hotpath and starlette
+only), default 2000 x 5, full 4000 x 9.
+
 Routes: `retrieve_future` answering try_again (hotpath with --poll-hold 0 on a pending sample)
 and `asample` (a new seq_id every request). The target: hotpath within 1.2x of Starlette.
 
-    python -m impl.bench.server [--quick]
+    python -m impl.bench.server [--quick | --full]
 """
 
 from __future__ import annotations
@@ -181,8 +184,8 @@ class AppProcess:
         self.process.stdout.close()
 
 
-async def _measure(count: int, rounds: int) -> dict[str, Any]:
-    apps = [AppProcess(name) for name in APPS]
+async def _measure(count: int, rounds: int, names: tuple[str, ...] = APPS) -> dict[str, Any]:
+    apps = [AppProcess(name) for name in names]
     try:
         for app in apps:
             await app.prepare()
@@ -190,7 +193,7 @@ async def _measure(count: int, rounds: int) -> dict[str, Any]:
         for route in ROUTES:
             per_app: dict[str, list[float]] = {app.name: [] for app in apps}
             for app in apps:  # warm-up batch, not recorded
-                await app.batch(route, count // 4)
+                await app.batch(route, max(count // 4, 500))
             for r in range(rounds):
                 for app in apps[r % len(apps) :] + apps[: r % len(apps)]:
                     per_app[app.name].append(await app.batch(route, count))
@@ -214,14 +217,25 @@ async def _measure(count: int, rounds: int) -> dict[str, Any]:
             app.stop()
 
 
+#: (requests per batch, rounds): quick, default, full.
+LENGTHS = {"quick": (400, 3), "default": (2000, 5), "full": (4000, 9)}
+#: --quick starts only the two apps the target compares (app start-up is most of its time).
+QUICK_APPS = ("hotpath", "starlette")
+
+
 def measure(
-    quick: bool = False, *, count: int | None = None, rounds: int | None = None
+    quick: bool = False,
+    *,
+    count: int | None = None,
+    rounds: int | None = None,
+    full: bool = False,
+    apps: tuple[str, ...] = APPS,
 ) -> dict[str, Any]:
     """{route: {app: {"cpu_s", "ratio_to_starlette", "samples"}}} measured in one run."""
     if not os.path.isdir("/proc/self/task"):
         raise NotImplementedError("needs Linux /proc schedstat for per-process CPU time")
-    default_count, default_rounds = (1500, 5) if quick else (4000, 9)
-    return asyncio.run(_measure(count or default_count, rounds or default_rounds))
+    default_count, default_rounds = LENGTHS["quick" if quick else "full" if full else "default"]
+    return asyncio.run(_measure(count or default_count, rounds or default_rounds, apps))
 
 
 def delivery(tokens: int = 32768) -> dict[str, float]:
@@ -255,12 +269,14 @@ def delivery(tokens: int = 32768) -> dict[str, float]:
     }
 
 
-def run(quick: bool) -> Section:
-    results = measure(quick)
+def run(quick: bool, full: bool = False) -> Section:
+    apps = QUICK_APPS if quick else APPS
+    results = measure(quick, full=full, apps=apps)
+    count, rounds = LENGTHS["quick" if quick else "full" if full else "default"]
     costs = delivery()
     rows = []
     for route in ROUTES:
-        for name in APPS:
+        for name in apps:
             r = results[route][name]
             rows.append(
                 [route, name, f"{r['cpu_s'] * 1e6:.1f} µs", f"{r['ratio_to_starlette']:.2f}x"]
@@ -276,13 +292,16 @@ def run(quick: bool) -> Section:
         ["poll", "cost"], [[label, format_seconds(costs[key])] for key, label in labels.items()]
     )
     json_rows = [
-        {"route": route, "app": name, **results[route][name]} for route in ROUTES for name in APPS
+        {"route": route, "app": name, **results[route][name]} for route in ROUTES for name in apps
     ] + [{"delivery_32768_tokens": costs}]
     hot = max(results[route]["hotpath"]["ratio_to_starlette"] for route in ROUTES)
     notes = (
         f"Target: hotpath within 1.20x of bare Starlette on both routes; worst here {hot:.2f}x. "
         "Server process CPU (all threads, /proc schedstat) per request, median of rounds; "
-        "the ratio is the median of per-round ratios. asample excludes the forward itself."
+        "the ratio is the median of per-round ratios. asample excludes the forward itself. "
+        f"This run: {rounds} rounds of {count} requests per route and app (after a warm-up "
+        f"batch of {max(count // 4, 500)}), over {CONNECTIONS} keep-alive connections"
+        + (" (--quick: hotpath and starlette only)." if quick else ".")
     )
     return Section(
         "server",
@@ -295,5 +314,5 @@ def run(quick: bool) -> Section:
 
 
 if __name__ == "__main__":
-    section = run(quick="--quick" in sys.argv)
+    section = run(quick="--quick" in sys.argv, full="--full" in sys.argv)
     print(section.title, section.table, section.notes, sep="\n\n")
