@@ -152,12 +152,9 @@ def run(quick: bool) -> Section:
             ),
             "The server picks (shown on /healthz; from the measurements recorded above): "
             + (", ".join(f"{k}={v}" for k, v in picks.items()) or "not reported"),
-            "Where to look next: `hotpath loadtest --preset NAME --compare baseline "
-            "--report r.json` for the full table of a scenario (presets: "
+            "Other scenarios (`hotpath loadtest --preset NAME --compare baseline`): "
             + ", ".join(presets.PRESETS)
-            + "); "
-            "`--profile profiles/NAME` records the server with py-spy (speedscope + SVG); "
-            "`--client sdk` drives the real Tinker SDK.",
+            + "; `--client sdk` drives the real Tinker SDK instead of the SDK-shaped client.",
         ]
     )
     return Section(
