@@ -61,21 +61,13 @@ def _shared_runs(scenarios: list[presets.Scenario]) -> list[list[dict[str, Any]]
     for baseline in (True, False):
         label = "baseline" if baseline else "picked"
         first = scenarios[0]
-        router = procs.start_router([*first.router_args(), "--seed", "0"])
-        server = None
-        try:
+        with procs.stopped_at_exit() as started:
+            router = procs.start_router([*first.router_args(), "--seed", "0"])
+            started.append(router)
             server = procs.start_server(router.url, baseline=baseline, extra=first.server_args)
+            started.append(server)
             common = dict(url=server.url, router_url=router.url, server_pid=server.pid)
             by_side.append([load.run_scenario(s, label=label, **common) for s in scenarios])
-        except BaseException:
-            for proc in (server, router):
-                if proc is not None:
-                    sys.stderr.write(f"--- {proc.name} output (tail) ---\n{proc.tail()}\n")
-            raise
-        finally:
-            for proc in (server, router):
-                if proc is not None:
-                    proc.stop()
     return [list(pair) for pair in zip(*by_side, strict=True)]
 
 

@@ -304,51 +304,46 @@ def run_scenario(
     progress_bar: bool = True,
 ) -> dict[str, Any]:
     """One run: start router and server (unless `url`), drive, sample, stop; the run dict."""
-    router = server = None
+    router = None
     recorders: list = []
     commands: dict[str, list[str]] = {}
-    try:
+    with procs.stopped_at_exit() as started:
         if url is None:
             router = procs.start_router([*scenario.router_args(), "--seed", str(seed)])
+            started.append(router)
             router_url = router.url
             server = procs.start_server(router.url, baseline=baseline, extra=scenario.server_args)
+            started.append(server)
             url, server_pid = server.url, server.pid
             commands = {"router": router.command, "server": server.command}
         sampler = procs.Sampler(server_pid, url, router_pid=router.pid if router else None)
         if profile is not None and server_pid:
             recorders = procs.start_pyspy(server_pid, profile)
-        sampler.start()
-        configs = client_configs(
-            url,
-            scenario,
-            seed=seed,
-            verify=verify,
-            tries=tries,
-            backoff_base=backoff_base,
-            warmup=warmup,
-        )
+        try:
+            sampler.start()
+            configs = client_configs(
+                url,
+                scenario,
+                seed=seed,
+                verify=verify,
+                tries=tries,
+                backoff_base=backoff_base,
+                warmup=warmup,
+            )
 
-        def on_go() -> None:  # the measured window starts: forget the warm-up's peaks
-            sampler.restart()
-            if router_url:
-                procs.fetch_json(router_url + "/stats?reset=1")
+            def on_go() -> None:  # the measured window starts: forget the warm-up's peaks
+                sampler.restart()
+                if router_url:
+                    procs.fetch_json(router_url + "/stats?reset=1")
 
-        run = drive(configs, client=client, label=label, progress_bar=progress_bar, on_go=on_go)
-        run["server"] = sampler.finish()
-        run["healthz_latencies"] = sampler.healthz_latencies
-        run["healthz_timeline"] = sampler.healthz_timeline
-        run["healthz"] = procs.fetch_json(url + "/healthz") or sampler.healthz
-        run["router"] = procs.fetch_json(router_url + "/stats") if router_url else None
-    except BaseException:
-        for proc in (server, router):
-            if proc is not None:
-                sys.stderr.write(f"--- {proc.name} output (tail) ---\n{proc.tail()}\n")
-        raise
-    finally:
-        procs.stop_pyspy(recorders)
-        for proc in (server, router):
-            if proc is not None:
-                proc.stop()
+            run = drive(configs, client=client, label=label, progress_bar=progress_bar, on_go=on_go)
+            run["server"] = sampler.finish()
+            run["healthz_latencies"] = sampler.healthz_latencies
+            run["healthz_timeline"] = sampler.healthz_timeline
+            run["healthz"] = procs.fetch_json(url + "/healthz") or sampler.healthz
+            run["router"] = procs.fetch_json(router_url + "/stats") if router_url else None
+        finally:
+            procs.stop_pyspy(recorders)  # before the server stops: py-spy writes its file
     run.update(label=label, scenario=scenario.as_json(), commands=commands)
     return run
 

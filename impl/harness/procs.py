@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -68,6 +68,22 @@ class Proc:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def stopped_at_exit() -> Iterator[list[Proc]]:
+    """A list to append started processes to; all are stopped at exit, and on an error each
+    one's output tail is written to stderr first (what a router or server said before it)."""
+    started: list[Proc] = []
+    try:
+        yield started
+    except BaseException:
+        for proc in started:
+            sys.stderr.write(f"--- {proc.name} output (tail) ---\n{proc.tail()}\n")
+        raise
+    finally:
+        for proc in started:
+            proc.stop()
 
 
 def stop_pid(process: subprocess.Popen, timeout: float = 10.0) -> None:
