@@ -90,7 +90,8 @@ def tune_runtime(settings: settings_module.Settings, accesslog: str) -> None:
     gc.set_threshold(*settings.gc_thresholds())
 
 
-def _server_class():
+def _server(settings: settings_module.Settings, picks: Picks) -> uvicorn.Server:
+    """The uvicorn Server that runs `settings` with `picks`."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -107,11 +108,11 @@ def _server_class():
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
             if self.started:
-                tune_runtime(self.hotpath_settings, self.hotpath_accesslog)
+                tune_runtime(settings, picks.accesslog.name)
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 print(f"hotpath-server listening on http://{host}:{port}", flush=True)
 
-    return Server
+    return Server(uvicorn_config(settings, picks))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,7 +136,6 @@ def run(args: argparse.Namespace) -> int:
         log.warning(
             "backlog %d is capped at net.core.somaxconn = %d by the kernel", settings.backlog, limit
         )
-    server = _server_class()(uvicorn_config(settings, picks))
-    server.hotpath_settings, server.hotpath_accesslog = settings, picks.accesslog.name
+    server = _server(settings, picks)
     server.run()
     return 0 if server.started else 3
