@@ -229,23 +229,14 @@ class Sampler(threading.Thread):
         if router_pid:
             with contextlib.suppress(psutil.Error):
                 self._router = psutil.Process(router_pid)
-        self.peak_rss = self.peak_fds = 0
-        self.cpu_start = self.cpu_end = None
-        self.healthz_latencies: list[float] = []
-        #: (seconds into the window, /healthz latency, of which TCP connect, then from the
-        #: server's answer its worst event-loop lag in the last ~10 s and worst recent GC pause, ms)
-        self.healthz_timeline: list[tuple[float, float, float | None, float | None, float | None]]
-        self.healthz_timeline = []
-        self.healthz_failures = 0
+        self.cpu_end = None
         self.healthz: Any = None
-        self._window_start = time.monotonic()
         self._halt = threading.Event()
         self._proc = None
         if pid:
             with contextlib.suppress(psutil.Error):
                 self._proc = psutil.Process(pid)
-        self.cpu_start = self._cpu()
-        self.router_cpu_start = self._cpu(self._router)
+        self.restart()
 
     def _cpu(self, root: psutil.Process | None = ...) -> float | None:
         root = self._proc if root is ... else root
@@ -264,8 +255,11 @@ class Sampler(threading.Thread):
         self.cpu_start = self._cpu()
         self.router_cpu_start = self._cpu(self._router)
         self.peak_rss = self.peak_fds = 0
-        self.healthz_latencies = []
-        self.healthz_timeline = []
+        self.healthz_latencies: list[float] = []
+        #: per probe: seconds into the window, /healthz latency, of which TCP connect, then
+        #: from the server's answer its worst event-loop lag of the last ~10 s and its worst
+        #: recent GC pause (ms)
+        self.healthz_timeline: list[tuple[float, float, float | None, Any, Any]] = []
         self.healthz_failures = 0
         self._window_start = time.monotonic()
 
