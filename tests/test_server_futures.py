@@ -87,13 +87,6 @@ def server(upstream):
         yield process
 
 
-@pytest.fixture
-def api(server):
-    client = Api(server.url)
-    yield client
-    client.close()
-
-
 def test_duplicate_asample_forwards_once(upstream, api):
     """The same (sampling_session_id, seq_id) twice, and twice at once: one forward, one id."""
     ssid = api.sampling_session()

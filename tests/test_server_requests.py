@@ -22,13 +22,6 @@ def server():
         yield process
 
 
-@pytest.fixture
-def api(server):
-    client = Api(server.url)
-    yield client
-    client.close()
-
-
 def _sample(ssid: str, **overrides):
     body = {
         "sampling_session_id": ssid,
