@@ -18,6 +18,15 @@ from impl._table import Entry
 
 StopReason = Literal["stop", "length"]
 
+#: Deepest nesting of arrays and objects a body may have; the top-level object is depth 1.
+#: vLLM bodies nest 6 deep. Every decoder rejects a deeper body with the same `DecodeError`,
+#: whatever the interpreter's call stack would allow.
+MAX_DEPTH = 64
+
+#: Most digits an integer literal may have anywhere in a body (CPython's default
+#: `sys.int_max_str_digits`, the reference's limit); every decoder rejects longer ones.
+MAX_INT_DIGITS = 4300
+
 #: Padding of a top-k prompt-logprob row past its last entry, and of a null position.
 TOPK_PAD_TOKEN = 0
 TOPK_PAD_LOGPROB = -99999.0
@@ -62,6 +71,9 @@ class Completion:
 
 
 class Decoder(Protocol):
+    """What every decoder is. A decoder whose parse runs without the GIL also sets a class
+    attribute `releases_gil = True` (read it with `releases_gil(decoder)`)."""
+
     def decode(
         self,
         body: bytes,
@@ -69,6 +81,11 @@ class Decoder(Protocol):
         prompt_tokens: _Seq[int] | None = None,
         topk_prompt_logprobs: int = 0,
     ) -> Completion: ...
+
+
+def releases_gil(decoder: object) -> bool:
+    """True when `decoder` parses without holding the GIL, so threads can run it off the loop."""
+    return bool(getattr(decoder, "releases_gil", False))
 
 
 REFERENCE = "json"
