@@ -291,7 +291,7 @@ def profile_server(args: argparse.Namespace) -> tuple[Path, list[str]]:
 
 def _annotate(prefix: Path, args: argparse.Namespace, **facts: Any) -> None:
     """Add the command, input and environment to the speedscope JSON (`hotpath` key)."""
-    from impl.bench._common import environment
+    from impl.measure import environment
 
     path = _json_path(prefix)
     data = json.loads(path.read_text())

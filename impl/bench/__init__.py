@@ -22,7 +22,8 @@ import traceback
 from pathlib import Path
 
 from impl import pick
-from impl.bench._common import Section, environment
+from impl.bench._common import Section
+from impl.measure import environment
 
 #: Sections in the order they run; each is `impl.bench.<name>`.
 SECTIONS: tuple[str, ...] = ("decode", "encode", "pool", "accesslog", "server", "endtoend")

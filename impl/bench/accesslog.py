@@ -31,7 +31,8 @@ from typing import Any
 
 from impl import registry
 from impl.accesslog._common import ACCESS_LOGGER, ACCESS_MESSAGE, access_record, parse_line
-from impl.bench._common import Section, render_table
+from impl.bench._common import Section
+from impl.measure import render_table
 
 REQUEST = b"GET /v1/ping?x=1 HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
 RESPONSE_END = b"\r\n\r\nok"

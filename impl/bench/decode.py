@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from impl import registry
-from impl.bench._common import Section, format_seconds, median_seconds, render_table
+from impl.bench._common import Section
 from impl.decode import Completion, DecodeError
 from impl.harness.bodies import body_for
+from impl.measure import format_seconds, median_seconds, render_table
 
 FAMILY = "decode"
 KINDS = ("minimal", "vllm")

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from impl import registry
-from impl.bench._common import Section, format_seconds, median_seconds, render_table
+from impl.bench._common import Section
 from impl.encode import JSON_IMPLEMENTATIONS, JSON_REFERENCE, json_implementation, samples
 from impl.encode import json_unavailable_reason as _json_reason
+from impl.measure import format_seconds, median_seconds, render_table
 
 FAMILY = "encode"
 

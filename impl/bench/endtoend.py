@@ -17,8 +17,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from impl.bench._common import Section, render_table
+from impl.bench._common import Section
 from impl.harness import load, presets, procs, report
+from impl.measure import render_table
 
 
 def _scenarios(quick: bool) -> list[tuple[str, str, presets.Scenario]]:

@@ -41,7 +41,8 @@ import urllib.request
 from typing import Any
 
 from impl import registry
-from impl.bench._common import Section, render_table
+from impl.bench._common import Section
+from impl.measure import render_table
 
 FAMILY = "pool"
 FULL_COUNTS = (64, 256, 1024, 4096, 8192)

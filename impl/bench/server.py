@@ -33,8 +33,9 @@ from typing import Any
 
 import orjson
 
-from impl.bench._common import Section, format_seconds, median_seconds, render_table
+from impl.bench._common import Section
 from impl.bench._server_apps import APPS, PENDING_ID
+from impl.measure import format_seconds, median_seconds, render_table
 
 ROUTES = ("retrieve_future", "asample")
 CONNECTIONS = 8

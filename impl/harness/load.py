@@ -349,7 +349,7 @@ def run_scenario(
 
 
 def run(args: argparse.Namespace) -> int:
-    from impl.bench._common import environment
+    from impl.measure import environment
 
     scenario = scenario_from_args(args)
     common = dict(

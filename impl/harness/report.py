@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from impl.bench._common import render_table
+from impl.measure import render_table
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
