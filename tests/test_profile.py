@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from impl import profile, registry
+from impl import cli, profile, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,6 +76,21 @@ def test_resolve_names_and_picked() -> None:
         profile.resolve("encode", "no-such-encoder")
     name, why = profile.resolve("encode", "picked")
     assert name in registry.available("encode") and why.startswith("picked")
+
+
+def test_missing_pyspy_says_what_and_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without py-spy: exit 2 and one line naming py-spy and the extra, no traceback, no files."""
+    monkeypatch.setattr(profile.sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    out = tmp_path / "out"
+    assert cli.main(["profile", "encode", "wire", "--out", str(out), "--seconds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "py-spy, which is not installed" in err
+    assert "pip install 'hotpath[dev]'" in err
+    assert "Traceback" not in err
+    assert not out.exists()
 
 
 def test_profile_records_an_encode_loop(tmp_path: Path) -> None:
