@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from impl import decode, registry
-from impl.bench.decode import same
+from impl.decode.parity import same
 
 from .common import BODIES, TOKENS, decode_body
 

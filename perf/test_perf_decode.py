@@ -5,7 +5,7 @@ from conftest import create_or_skip, label
 
 from benchmarks.common import decode_body
 from impl import registry
-from impl.bench.decode import same
+from impl.decode.parity import same
 
 INPUTS = [(32768, "vllm"), (262144, "minimal"), (262144, "vllm")]
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import threading
 
 import numpy as np
@@ -10,7 +12,8 @@ import pytest
 from decode_corpus import Case, valid_cases
 
 from impl import registry
-from impl.decode import Completion
+from impl.decode import Completion, parity
+from impl.decode.parity import assert_same
 from impl.harness import bodies
 
 FAMILY = "decode"
@@ -38,29 +41,8 @@ def decoder(request):
 
 
 def assert_same_array(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    if got.tobytes() != want.tobytes():  # bitwise: -0.0, NaN positions and float32 rounding
-        bad = np.flatnonzero(got.view(np.uint8).reshape(-1) != want.view(np.uint8).reshape(-1))
-        raise AssertionError(
-            f"{what}: differs from the reference near element {bad[0] // got.itemsize}"
-        )
-
-
-def assert_same(got: Completion, want: Completion) -> None:
-    assert len(got.sequences) == len(want.sequences)
-    for i, (g, w) in enumerate(zip(got.sequences, want.sequences, strict=True)):
-        assert_same_array(g.tokens, w.tokens, f"sequence {i} tokens")
-        assert_same_array(g.logprobs, w.logprobs, f"sequence {i} logprobs")
-        assert g.stop_reason == w.stop_reason
-    assert (got.prompt_logprobs is None) == (want.prompt_logprobs is None)
-    if want.prompt_logprobs is not None:
-        assert_same_array(got.prompt_logprobs, want.prompt_logprobs, "prompt_logprobs")
-    assert (got.topk_prompt_logprobs is None) == (want.topk_prompt_logprobs is None)
-    if want.topk_prompt_logprobs is not None:
-        g, w = got.topk_prompt_logprobs, want.topk_prompt_logprobs
-        assert_same_array(g.token_ids, w.token_ids, "topk token_ids")
-        assert_same_array(g.logprobs, w.logprobs, "topk logprobs")
+    found = parity.array_difference(got, want, what)
+    assert found is None, found
 
 
 @pytest.mark.parametrize("case", valid_cases(), ids=lambda case: case.id)
@@ -82,8 +64,46 @@ def test_reference_reads_generated_values_exactly():
             assert seq.stop_reason == ("stop" if choice.finish_reason == "stop" else "length")
 
 
+def test_parity_predicate_sees_every_kind_of_difference():
+    """`impl.decode.parity` (used by tests, asv, perf and `hotpath bench`) says what differs."""
+    body = (
+        b'{"choices":[{"index":0,"token_ids":[1,2],"logprobs":{"token_logprobs":[0.0,-0.5]},'
+        b'"finish_reason":"stop","prompt_token_ids":[5,6],'
+        b'"prompt_logprobs":[null,{"6":{"logprob":-1.5,"rank":1}}]}]}'
+    )
+    want = REFERENCE.decode(body, topk_prompt_logprobs=1)
+    assert parity.same(REFERENCE.decode(body, topk_prompt_logprobs=1), want)
+    seq = want.sequences[0]
+
+    def with_sequence(**changes) -> Completion:
+        return dataclasses.replace(want, sequences=[dataclasses.replace(seq, **changes)])
+
+    negative_zero = seq.logprobs.copy()
+    negative_zero[0] = -0.0  # equal by ==, different bits
+    cases = {
+        "sequence 0 logprobs: differs from the reference near element 0": with_sequence(
+            logprobs=negative_zero
+        ),
+        "sequence 0 tokens: dtype int64 != int32": with_sequence(
+            tokens=seq.tokens.astype(np.int64)
+        ),
+        "sequence 0 tokens: shape (1,) != (2,)": with_sequence(tokens=seq.tokens[:1]),
+        "sequence 0 stop_reason: 'length' != 'stop'": with_sequence(stop_reason="length"),
+        "prompt_logprobs: None != present": dataclasses.replace(want, prompt_logprobs=None),
+        "topk_prompt_logprobs: None != present": dataclasses.replace(
+            want, topk_prompt_logprobs=None
+        ),
+        "0 sequences != 1": dataclasses.replace(want, sequences=[]),
+    }
+    for message, got in cases.items():
+        assert parity.difference(got, want) == message
+        assert not parity.same(got, want)
+        with pytest.raises(AssertionError, match=re.escape(message)):
+            assert_same(got, want)
+
+
 def test_reference_semantics_by_hand():
-    """A few DESIGN.md rules checked against literal expectations, not against a decoder."""
+    """Rules of the decode contract (docs/decode.md) against literal values, not a decoder."""
     body = (
         b'{"choices":[{"index":1,"token_ids":[7],"logprobs":null,"finish_reason":"stop_token"},'
         b'{"index":0,"token_ids":[1,2],"logprobs":{"token_logprobs":[null,-0.5]},'

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_decode_parity import assert_same
 
 from impl import registry
 from impl.decode import DecodeError
+from impl.decode.parity import assert_same
 from impl.harness import bodies
 
 FAMILY = "decode"

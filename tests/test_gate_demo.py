@@ -13,7 +13,7 @@ import pytest
 
 from impl import registry
 from impl.bench import gate, gate_demo
-from impl.bench.decode import same
+from impl.decode.parity import same
 from impl.harness.bodies import body_for
 
 

@@ -25,11 +25,10 @@ import time
 import timeit
 from typing import Any
 
-import numpy as np
-
 from impl import registry
 from impl.bench._common import Section
 from impl.decode import Completion, DecodeError
+from impl.decode.parity import same
 from impl.harness.bodies import body_for
 from impl.measure import format_seconds, median_seconds, render_table
 
@@ -43,29 +42,6 @@ MEMORY_TOKENS = 262144
 SLOW_CALL = 0.1
 #: label -> {implementation: median seconds} of the last `run` in this process.
 LAST_SECONDS: dict[str, dict[str, float]] = {}
-
-
-def same(a: Completion, b: Completion) -> bool:
-    """Bitwise equality of two Completions (dtype, shape, values, NaN positions)."""
-
-    def eq(x: np.ndarray | None, y: np.ndarray | None) -> bool:
-        if x is None or y is None:
-            return x is y
-        return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
-
-    if len(a.sequences) != len(b.sequences):
-        return False
-    for s, t in zip(a.sequences, b.sequences, strict=True):
-        if (
-            not (eq(s.tokens, t.tokens) and eq(s.logprobs, t.logprobs))
-            or s.stop_reason != t.stop_reason
-        ):
-            return False
-    ta, tb = a.topk_prompt_logprobs, b.topk_prompt_logprobs
-    if (ta is None) != (tb is None):
-        return False
-    topk_same = ta is None or (eq(ta.token_ids, tb.token_ids) and eq(ta.logprobs, tb.logprobs))
-    return eq(a.prompt_logprobs, b.prompt_logprobs) and topk_same
 
 
 def _time(
