@@ -7,7 +7,7 @@ installed; an implementation that cannot run here raises NotImplementedError in 
 
 import time
 
-from impl import registry
+from impl import measure, registry
 from impl.encode import (
     JSON_IMPLEMENTATIONS,
     json_implementation,
@@ -15,7 +15,7 @@ from impl.encode import (
     samples,
 )
 
-TOKENS = list(samples.SIZES)
+TOKENS = list(measure.TOKENS)
 
 
 class Encode:

@@ -7,10 +7,11 @@ what an existing (tokens, kind) produces, so results stay comparable across comm
 
 from __future__ import annotations
 
+from impl import measure
 from impl.harness.bodies import body_for
 
-#: Generated tokens per body, and body kinds (VLLM_BODY.md).
-TOKENS = [128, 8192, 32768, 262144]
+#: Generated tokens per body (`impl.measure.TOKENS`), and body kinds (docs/vllm-body.md).
+TOKENS = list(measure.TOKENS)
 BODIES = ["minimal", "vllm"]
 
 

@@ -18,6 +18,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+#: Generated tokens per result that the benchmarks, `hotpath bench`, the profiles and the CI
+#: gate measure at: a short answer, then long outputs up to a realistic 262144-token vLLM body
+#: (~20 MB). Append-only, so results stay comparable across commits.
+TOKENS = (128, 8192, 32768, 262144)
+#: the largest: what the profiles and the gate decode and encode
+LARGEST_TOKENS = TOKENS[-1]
+#: the default `hotpath bench` run: every size but 8192 (`--full` adds it)
+DEFAULT_TOKENS = tuple(n for n in TOKENS if n != 8192)
+
 _VERSIONED = (
     "numpy",
     "orjson",
@@ -72,15 +81,24 @@ def environment() -> dict[str, Any]:
     }
 
 
-def median_seconds(fn: Callable[[], object], *, min_time: float = 0.2, repeat: int = 5) -> float:
-    """Median wall time of one call of `fn`, over `repeat` rounds of at least `min_time` each."""
+def median_seconds(
+    fn: Callable[[], object],
+    *,
+    min_time: float = 0.2,
+    repeat: int = 5,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Median time of one call of `fn`, over `repeat` rounds of at least `min_time` each.
+
+    `clock` is wall time by default; `time.thread_time` counts only the calling thread's CPU.
+    """
     fn()  # warm up
     number = 1
     while True:
-        start = time.perf_counter()
+        start = clock()
         for _ in range(number):
             fn()
-        elapsed = time.perf_counter() - start
+        elapsed = clock() - start
         if elapsed >= min_time / repeat or number >= 1 << 20:
             break
         number *= 2
@@ -89,10 +107,10 @@ def median_seconds(fn: Callable[[], object], *, min_time: float = 0.2, repeat: i
     gc.disable()
     try:
         for _ in range(repeat - 1):
-            start = time.perf_counter()
+            start = clock()
             for _ in range(number):
                 fn()
-            samples.append((time.perf_counter() - start) / number)
+            samples.append((clock() - start) / number)
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -1,8 +1,9 @@
 """Choose the fastest available implementation of each family on this machine.
 
 Order of evidence: an explicit name (the caller's flag or `HOTPATH_<FAMILY>`), else the
-measurements `hotpath bench` recorded on this machine, else a short calibration (where the
-family's bench module offers one), else the family's fixed `PREFERENCE` order. Every pick
+measurements `hotpath bench` recorded on this machine, else a short calibration (when the
+caller passes one: the server passes `impl.server.calibration`'s), else the family's fixed
+`PREFERENCE` order. Every pick
 carries the reason, so the server can log it and show it on /healthz.
 
 Measurements file (JSON, `HOTPATH_MEASUREMENTS` or ~/.cache/hotpath/measurements.json):
@@ -20,11 +21,15 @@ import json
 import math
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from impl import registry
+
+#: candidate names -> measurement rows (`{"input", "size_bytes", "cost": {name: value}}`)
+Calibrator = Callable[[list[str]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,7 @@ def pick(
     family: str,
     explicit: str | None = None,
     *,
-    calibrate: bool = True,
+    calibrator: Calibrator | None = None,
     exclude: tuple[str, ...] = (),
 ) -> Pick:
     """The implementation of `family` to run here, and why."""
@@ -132,18 +137,13 @@ def pick(
         name = fastest_in(rows, candidates)
         if name:
             return Pick(family, name, f"fastest in measurements recorded at {measurements_path()}")
-    if calibrate:
-        try:
-            bench = importlib.import_module(f"impl.bench.{family}")
-        except ModuleNotFoundError:
-            bench = None
-        calibrate_fn = getattr(bench, "calibrate", None)
-        if calibrate_fn is not None:
-            rows = calibrate_fn(candidates)
-            name = fastest_in(rows, candidates) if rows else None
-            if name:
-                reason = "fastest in a start-up calibration (no measurements recorded)"
-                return Pick(family, name, reason)
+    if calibrator is not None:
+        rows = calibrator(candidates)
+        name = fastest_in(rows, candidates) if rows else None
+        if name:
+            return Pick(
+                family, name, "fastest in a start-up calibration (no measurements recorded)"
+            )
     preference = importlib.import_module(f"impl.{family}").PREFERENCE
     for name in preference:
         if name in candidates:

@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from impl import registry
+from impl.measure import LARGEST_TOKENS
 
-FAMILIES = ("decode", "encode", "pool", "accesslog")
 _ROOT = Path(__file__).resolve().parents[1]
 #: the largest in-flight count of the pool comparisons (DESIGN.md: 512, 2048, 4096)
 POOL_IN_FLIGHT = 2048
-DECODE_TOKENS = ENCODE_TOKENS = 262144
+DECODE_TOKENS = ENCODE_TOKENS = LARGEST_TOKENS
 
 
 class PySpyMissing(RuntimeError):
@@ -66,7 +66,7 @@ def _pyspy() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="target", required=True, metavar="TARGET")
-    for family in FAMILIES:
+    for family in registry.families():
         p = sub.add_parser(family, help=f"a tight loop of one {family} implementation")
         p.add_argument("impl", metavar="IMPL", help="registry name, or `picked`")
         p.add_argument("--seconds", type=float, default=10.0, help="recording time per format")
@@ -126,9 +126,10 @@ def resolve(family: str, name: str) -> tuple[str, str]:
             raise registry.UnavailableError(reason)
         return name, "named on the command line"
     from impl import pick
+    from impl.server.calibration import calibrator
 
     exclude = ("null",) if family == "accesslog" else ()
-    chosen = pick.pick(family, exclude=exclude)
+    chosen = pick.pick(family, calibrator=calibrator(family), exclude=exclude)
     return chosen.name, f"picked: {chosen.reason}"
 
 

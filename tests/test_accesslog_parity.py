@@ -362,11 +362,12 @@ def test_queue_caller_is_much_cheaper_than_rich(make_handler):
 def test_pick_never_takes_null(tmp_path, monkeypatch):
     """With nothing recorded, the start-up calibration picks a handler that writes lines."""
     from impl import pick
-    from impl.bench.accesslog import calibrate
+    from impl.server.calibration import calibrator
 
+    calibrate = calibrator(FAMILY)
     monkeypatch.setenv("HOTPATH_MEASUREMENTS", str(tmp_path / "none.json"))
     monkeypatch.delenv("HOTPATH_ACCESSLOG", raising=False)
     rows = calibrate(list(registry.available(FAMILY)))
     assert rows and all("null" not in row["cost"] for row in rows)
     assert pick.fastest_in(rows, list(registry.available(FAMILY))) != "null"
-    assert pick.pick(FAMILY).name != "null"
+    assert pick.pick(FAMILY, calibrator=calibrate).name != "null"

@@ -11,7 +11,7 @@ import pytest
 from _server import ROOT
 
 from impl import pick, registry
-from impl.server import cli, picks
+from impl.server import calibration, cli, picks
 from impl.server.settings import Settings, add_arguments, env_name, from_args
 
 
@@ -84,14 +84,14 @@ def test_bad_implementation_name_fails_at_startup():
 @pytest.fixture
 def no_measurements(tmp_path, monkeypatch):
     monkeypatch.setenv("HOTPATH_MEASUREMENTS", str(tmp_path / "measurements.json"))
-    for family in picks.FAMILIES:
+    for family in registry.families():
         monkeypatch.delenv(f"HOTPATH_{family.upper()}", raising=False)
     return tmp_path
 
 
 def test_picks_follow_preference_and_never_choose_null_access_log(no_measurements):
     chosen = picks.choose(Settings(calibrate=False))
-    for family in picks.FAMILIES:
+    for family in registry.families():
         p = getattr(chosen, family)
         assert p.name in registry.available(family)
         assert p.reason
@@ -106,9 +106,35 @@ def test_picks_follow_preference_and_never_choose_null_access_log(no_measurement
     assert picks.choose(Settings(calibrate=False, accesslog="null")).accesslog.name == "null"
 
 
+def test_picks_has_one_field_per_family():
+    assert tuple(f.name for f in dataclasses.fields(picks.Picks)) == registry.families()
+
+
+def test_start_up_calibration_measures_and_leaves_out_a_wrong_result(no_measurements, monkeypatch):
+    """With nothing recorded, decode, encode and the access log are picked by a calibration."""
+    chosen = picks.choose(Settings())
+    for family in ("decode", "encode", "accesslog"):
+        assert getattr(chosen, family).reason.startswith("fastest in a start-up calibration")
+    assert "preference order" in chosen.pool.reason  # no start-up calibration for the pool
+    assert calibration.calibrator("pool") is None
+
+    real_create = registry.create
+
+    class Wrong:
+        def encode(self, completion):
+            return real_create("encode", "protobuf").encode(completion) + b"\x00"
+
+    def create(family, name, **options):
+        return Wrong() if (family, name) == ("encode", "wire") else real_create(family, name)
+
+    monkeypatch.setattr(registry, "create", create)
+    rows = calibration.encode(["protobuf", "wire"])
+    assert [sorted(row["cost"]) for row in rows] == [["protobuf"]] * len(rows)
+
+
 def test_baseline_picks(no_measurements):
     chosen = picks.choose(Settings(baseline=True, calibrate=False))
-    assert {f: getattr(chosen, f).name for f in picks.FAMILIES} == {
+    assert {f: getattr(chosen, f).name for f in registry.families()} == {
         "decode": "json",
         "encode": "validated",
         "pool": "httpx",

@@ -266,18 +266,6 @@ def server_costs(
     return runs
 
 
-def calibrate(candidates: list[str]) -> list[dict[str, Any]]:
-    """A short per-record measurement for `impl.pick` (null never counts: it loses lines)."""
-    cost = {
-        name: caller_cost(name, rounds=3, number=20 if name == "rich" else 1000, info=False)[
-            "handle_us"
-        ]
-        for name in candidates
-        if name != "null"
-    }
-    return [{"input": "per-record handle (calibration)", "size_bytes": None, "cost": cost}]
-
-
 #: (records per round on the caller, requests per server batch, batches): quick, default, full;
 #: rich is ~100x slower per record, so it gets a tenth (caller) and a third (server) of them.
 LENGTHS = {"quick": (5000, 2000, 1), "default": (10_000, 5000, 3), "full": (20_000, 10_000, 3)}

@@ -30,14 +30,14 @@ from impl.bench._common import Section
 from impl.decode import Completion, DecodeError
 from impl.decode.parity import same
 from impl.harness.bodies import body_for
-from impl.measure import format_seconds, median_seconds, render_table
+from impl.measure import DEFAULT_TOKENS, LARGEST_TOKENS, TOKENS, format_seconds, render_table
 
 FAMILY = "decode"
 KINDS = ("minimal", "vllm")
-FULL_INPUTS = tuple((n, kind) for n in (128, 8192, 32768, 262144) for kind in KINDS)
-INPUTS = tuple((n, kind) for n in (128, 32768, 262144) for kind in KINDS)
-QUICK_INPUTS = ((128, "minimal"), (128, "vllm"), (32768, "vllm"), (262144, "vllm"))
-MEMORY_TOKENS = 262144
+FULL_INPUTS = tuple((n, kind) for n in TOKENS for kind in KINDS)
+INPUTS = tuple((n, kind) for n in DEFAULT_TOKENS for kind in KINDS)
+QUICK_INPUTS = ((128, "minimal"), *((n, "vllm") for n in DEFAULT_TOKENS))
+MEMORY_TOKENS = LARGEST_TOKENS
 #: A call at least this long is timed over fewer rounds (its timer noise is already small).
 SLOW_CALL = 0.1
 #: label -> {implementation: median seconds} of the last `run` in this process.
@@ -346,23 +346,6 @@ def _notes(rows: list[dict[str, Any]]) -> str:
         f"{format_seconds(top['seconds'])}: {top['vs_orjson']:.1f}x faster than the orjson path "
         f"by median, {top.get('best_vs_orjson', float('nan')):.1f}x by best call."
     )
-
-
-def calibrate(candidates: list[str]) -> list[dict[str, Any]]:
-    """A ~1-2 s measurement of `candidates` on two small bodies, for start-up picks."""
-    out = []
-    for tokens, kind in ((128, "minimal"), (2048, "vllm")):
-        body = body_for(tokens, kind=kind)
-        cost = {}
-        for name in candidates:
-            if name == "auto":
-                continue
-            decoder = registry.create(FAMILY, name)
-            cost[name] = median_seconds(
-                lambda d=decoder, b=body: d.decode(b), min_time=0.02, repeat=3
-            )
-        out.append({"input": f"{kind}-{tokens}", "size_bytes": len(body), "cost": cost})
-    return out
 
 
 if __name__ == "__main__":  # python -m impl.bench.decode [--quick | --full]

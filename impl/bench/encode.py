@@ -1,14 +1,15 @@
 """`hotpath bench` section for the encode family: Completion -> SampleResponse bytes, and JSON.
 
-Per token count (`impl.encode.samples.SIZES`, one sequence): median time of each available
+Per token count (`impl.measure.TOKENS`, one sequence): median time of each available
 encoder, its ratio to the reference and parity (bytes equal to the reference's). Then the
 proto -> legacy JSON derivations (parity = same parsed value as the reference, as float32).
 The notes set the 262144-token encode against the fastest available decode of a realistic
 262144-token vLLM body (`impl.harness.bodies.body_for`; the decode section's median when it ran
 just before in this process, else measured here) and against `validated`.
 
-Lengths: full = every `samples.SIZES`, median of 7 rounds >= 0.2 s; default = 128/32768/262144,
-5 rounds >= 0.1 s; quick = the same sizes (JSON derivation up to 32768), 3 rounds >= 0.03 s.
+Lengths: full = every `impl.measure.TOKENS`, median of 7 rounds >= 0.2 s; default =
+`DEFAULT_TOKENS` (128/32768/262144), 5 rounds >= 0.1 s; quick = the same sizes (JSON derivation
+up to 32768), 3 rounds >= 0.03 s.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from impl import registry
 from impl.bench._common import Section
 from impl.encode import JSON_IMPLEMENTATIONS, JSON_REFERENCE, json_implementation, samples
 from impl.encode import json_unavailable_reason as _json_reason
-from impl.measure import format_seconds, median_seconds, render_table
+from impl.measure import (
+    DEFAULT_TOKENS,
+    LARGEST_TOKENS,
+    TOKENS,
+    format_seconds,
+    median_seconds,
+    render_table,
+)
 
 FAMILY = "encode"
 
@@ -108,7 +116,7 @@ def _json_rows(encoded: dict[int, bytes], *, min_time: float, repeat: int) -> li
     return rows
 
 
-def fastest_decode(tokens: int = 262144) -> tuple[str, float] | None:
+def fastest_decode(tokens: int = LARGEST_TOKENS) -> tuple[str, float] | None:
     """(name, median seconds) of the fastest decoder that runs here on a realistic body.
 
     Taken from the decode section when it ran in this process (its parity-checked medians of
@@ -169,7 +177,7 @@ def _table(rows: list[dict], sizes: tuple[int, ...], with_size: bool) -> str:
 
 
 def run(quick: bool, full: bool = False) -> Section:
-    sizes = samples.SIZES if full else (128, 32768, 262144)
+    sizes = TOKENS if full else DEFAULT_TOKENS
     min_time, repeat = (0.2, 7) if full else (0.03, 3) if quick else (0.1, 5)
     names = list(registry.available(FAMILY))
     rows, measurements, encoded = _encode_rows(sizes, names, min_time=min_time, repeat=repeat)
@@ -214,12 +222,3 @@ def run(quick: bool, full: bool = False) -> Section:
         measurements=measurements,
         notes="\n".join(notes),
     )
-
-
-def calibrate(candidates: list[str]) -> list[dict]:
-    """Pick rows from a short measurement (well under 2 s): 128 and 32768 tokens."""
-    names = [name for name in candidates if registry.unavailable_reason(FAMILY, name) is None]
-    if not names:
-        return []
-    _, measurements, _ = _encode_rows((128, 32768), names, min_time=0.02, repeat=3)
-    return measurements

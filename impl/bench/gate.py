@@ -43,6 +43,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from impl import registry
+from impl.measure import LARGEST_TOKENS
+
 ROOT = Path(__file__).resolve().parents[2]
 #: the fixed asv machine name of automated runs (results of different names never mix)
 MACHINE = "hotpath-ci"
@@ -50,8 +53,8 @@ FACTOR = 1.5
 #: interleaved rounds of each time_ benchmark per commit (asv's default is 2)
 ROUNDS = 4
 #: the input each family is gated on (asv param values as asv prints them)
-DECODE_TOKENS, DECODE_BODY = 262144, "vllm"  # a realistic logprobs=1 body, ~20 MB
-ENCODE_TOKENS = 262144
+DECODE_TOKENS, DECODE_BODY = LARGEST_TOKENS, "vllm"  # a realistic logprobs=1 body, ~20 MB
+ENCODE_TOKENS = LARGEST_TOKENS
 POOL_IN_FLIGHT = 1024
 
 
@@ -59,7 +62,7 @@ def picked(family: str) -> str:
     """The implementation the server would pick here without calibrating (see impl.pick)."""
     from impl import pick
 
-    return pick.pick(family, calibrate=False).name
+    return pick.pick(family).name
 
 
 def gated(picks: dict[str, str]) -> list[tuple[str, tuple[Any, ...] | None]]:
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
 def gate(args: argparse.Namespace) -> int:
     """The gate proper (see the module docstring); its exit status."""
 
-    picks = {family: picked(family) for family in ("decode", "encode", "pool", "accesslog")}
+    picks = {family: picked(family) for family in registry.families()}
     benchmarks = gated(picks)
     regexes = [regex(name, params) for name, params in benchmarks]
     print("gate: picks " + ", ".join(f"{k}={v}" for k, v in picks.items()), flush=True)

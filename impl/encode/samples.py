@@ -12,9 +12,8 @@ from functools import cache
 import numpy as np
 
 from impl.decode import TOPK_PAD_LOGPROB, TOPK_PAD_TOKEN, Completion, Sequence, TopK
+from impl.measure import TOKENS
 
-#: Token counts of the benchmarks and the size-table of `hotpath bench`.
-SIZES = (128, 8192, 32768, 262144)
 SEED = 20261129
 
 
@@ -121,5 +120,5 @@ def corpus() -> dict[str, Completion]:
             topk_prompt_logprobs=_topk(rng, 1000, 20),
         ),
     }
-    cases.update({f"tokens-{n}": sized(n) for n in SIZES})
+    cases.update({f"tokens-{n}": sized(n) for n in TOKENS})
     return cases

@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from impl import pick, registry
-from impl.server import baseline
+from impl.server import baseline, calibration
 from impl.server.settings import Settings
 
 log = logging.getLogger("hotpath.server")
 
-FAMILIES = ("decode", "encode", "pool", "accesslog")
-
 
 @dataclass(frozen=True)
 class Picks:
+    """One pick per family of `registry.families()` (a test keeps the fields in step)."""
+
     decode: pick.Pick
     encode: pick.Pick
     pool: pick.Pick
@@ -31,14 +31,15 @@ class Picks:
 
     def as_json(self) -> dict[str, dict[str, str]]:
         return {
-            f: {"name": getattr(self, f).name, "reason": getattr(self, f).reason} for f in FAMILIES
+            f: {"name": getattr(self, f).name, "reason": getattr(self, f).reason}
+            for f in registry.families()
         }
 
 
 def choose(settings: Settings) -> Picks:
     """One pick per family; LookupError/UnavailableError for a bad explicit name."""
     chosen: dict[str, pick.Pick] = {}
-    for family in FAMILIES:
+    for family in registry.families():
         explicit = getattr(settings, family)
         if settings.baseline and explicit is None:
             name = baseline.IMPLEMENTATIONS[family]
@@ -50,9 +51,10 @@ def choose(settings: Settings) -> Picks:
             )
             continue
         exclude = ("null",) if family == "accesslog" else ()
-        chosen[family] = pick.pick(family, explicit, calibrate=settings.calibrate, exclude=exclude)
+        calibrator = calibration.calibrator(family) if settings.calibrate else None
+        chosen[family] = pick.pick(family, explicit, calibrator=calibrator, exclude=exclude)
     picks = Picks(**chosen)
-    for family in FAMILIES:
+    for family in registry.families():
         p = getattr(picks, family)
         log.info("pick %s=%s: %s", family, p.name, p.reason)
     return picks
