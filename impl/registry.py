@@ -84,13 +84,7 @@ def names(family: str) -> tuple[str, ...]:
 @cache
 def unavailable_reason(family: str, name: str) -> str | None:
     """Why `name` cannot run here (which import failed, and how to install it), or None."""
-    row = entry(family, name)
-    for module in row.requires:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:  # a missing package, or one that is installed but broken
-            return f"{family}/{name} needs {module!r} ({exc}); install with {row.install_hint}"
-    return None
+    return entry(family, name).unavailable_reason(family)
 
 
 def available(family: str) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Protocol
 
-from impl._table import Entry
+from impl._table import Entry, lookup
 from impl.decode import Completion
 
 
@@ -48,7 +48,9 @@ IMPLEMENTATIONS: tuple[Entry, ...] = (
 PREFERENCE = ("wire", "protobuf", "validated")
 
 #: Legacy JSON derivations from stored SampleResponse bytes: each module exposes
-#: `proto_to_json(data: bytes) -> bytes`. Same row type as IMPLEMENTATIONS.
+#: `proto_to_json(data: bytes) -> bytes`. Same row type as IMPLEMENTATIONS, read by the same
+#: `impl._table` functions the registry uses (not a pickable family: the server always uses
+#: the first available of `JSON_PREFERENCE`).
 JSON_REFERENCE = "json"
 
 JSON_IMPLEMENTATIONS: tuple[Entry, ...] = (
@@ -72,22 +74,12 @@ JSON_PREFERENCE = ("orjson", "json")
 
 
 def _json_entry(name: str) -> Entry:
-    for row in JSON_IMPLEMENTATIONS:
-        if row.name == name:
-            return row
-    known = ", ".join(row.name for row in JSON_IMPLEMENTATIONS)
-    raise LookupError(f"no proto->JSON implementation {name!r}; known: {known}")
+    return lookup(JSON_IMPLEMENTATIONS, name, "proto->JSON implementation")
 
 
 def json_unavailable_reason(name: str) -> str | None:
     """Why the proto->JSON derivation `name` cannot run here, or None."""
-    row = _json_entry(name)
-    for module in row.requires:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            return f"encode JSON/{name} needs {module!r} ({exc}); install with {row.install_hint}"
-    return None
+    return _json_entry(name).unavailable_reason("encode JSON")
 
 
 @cache
