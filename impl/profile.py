@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -42,26 +41,10 @@ POOL_IN_FLIGHT = 2048
 DECODE_TOKENS = ENCODE_TOKENS = LARGEST_TOKENS
 
 
-class PySpyMissing(RuntimeError):
-    """py-spy is not installed where `hotpath profile` looks for it."""
-
-
-#: what `hotpath profile` says when py-spy is missing (it is in the `dev` extra)
-PYSPY_HINT = "install with pip install 'hotpath[dev]' (or pip install 'py-spy>=0.3.14')"
-
-
 def _pyspy() -> str:
-    """The py-spy executable: beside this Python (a venv's bin/), else on PATH."""
-    exe = Path(sys.executable).with_name("py-spy")
-    if exe.exists():
-        return str(exe)
-    found = shutil.which("py-spy")
-    if found is None:
-        raise PySpyMissing(
-            f"hotpath profile records with py-spy, which is not installed here (looked beside "
-            f"{sys.executable} and on PATH); {PYSPY_HINT}"
-        )
-    return found
+    from impl.harness.procs import pyspy_executable
+
+    return pyspy_executable()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         for path in args.paths:
             print(f"## {path}\n\n{render_summary(summarize(path), args.top)}\n")
         return 0
+    from impl.harness.procs import PySpyMissing
+
     try:
         _pyspy()  # before anything starts: a missing py-spy is a set-up problem, not a crash
     except PySpyMissing as exc:

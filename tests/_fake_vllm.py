@@ -15,6 +15,14 @@ upstream behaviour, so one server run can mix good and bad samples:
     DELAY_BASE + ms    a good body (generated with that seed) after `ms` milliseconds
 
 Run: `python tests/_fake_vllm.py` prints `fake-vllm listening on http://127.0.0.1:PORT`.
+
+Why this is not `hotpath router` (`impl.harness.router`): the server under test decides what it
+sends upstream, so a test cannot put the router's `X-Hotpath-Fault` header on one sample; here
+the request's seed selects the fault, and the faults are the ones a test of the server needs
+(a 200 with HTML, a 200 truncated to a matching Content-Length, a 500 only the first time for a
+prompt, arrays of different lengths), not the ones a load run injects at random rates. It also
+keeps every request and the body it sent (`GET /sent`), which a load router must not (memory).
+The bodies are the same: both render `impl.harness.bodies`.
 """
 
 from __future__ import annotations

@@ -2,6 +2,13 @@
 
 Both bind port 0 and print a ready line; `start_*` waits for it (failing with the process's
 stderr if it does not come) and the returned handle stops the process by PID.
+
+Why this is not `impl.harness.procs.start_server`: the load harness starts the server on a
+port it reserved and waits for `/healthz`, and sends its output to a file, because under load
+the access log is millions of lines. Tests bind port 0 (no race for a port), read the port from
+the ready line, and keep stdout (the access log) in memory so a test can assert on its lines
+(`Process.lines`), with stderr apart for start-up errors. The shared parts come from `procs`:
+`read_ready_line` and `stop_pid`.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from impl.harness.procs import read_ready_line
+from impl.harness.procs import read_ready_line, stop_pid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 API_KEY = "tml-test-key"
@@ -56,16 +63,11 @@ class Process:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM by PID, then SIGKILL if it has not exited within `timeout` seconds."""
-        if self.process.poll() is None:
-            os.kill(self.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.process.wait(timeout)
+        stdout, self.process.stdout = self.process.stdout, None  # the drain thread reads it
+        stop_pid(self.process, timeout)
         self._drain.join(timeout=5)  # EOF once the process is gone
-        if self.process.stdout is not None and not self._drain.is_alive():
-            self.process.stdout.close()
+        if stdout is not None and not self._drain.is_alive():
+            stdout.close()
         self.errors.close()
 
     def __enter__(self) -> Process:

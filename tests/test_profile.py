@@ -78,19 +78,30 @@ def test_resolve_names_and_picked() -> None:
     assert name in registry.available("encode") and why.startswith("picked")
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["profile", "encode", "wire", "--seconds", "1", "--out"],
+        ["loadtest", "--preset", "small-2048", "--num-requests", "8", "--profile"],
+    ],
+    ids=["profile", "loadtest-profile"],
+)
 def test_missing_pyspy_says_what_and_how_to_install(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Without py-spy: exit 2 and one line naming py-spy and the extra, no traceback, no files."""
-    monkeypatch.setattr(profile.sys, "executable", str(tmp_path / "bin" / "python"))
+    """Without py-spy: exit 2 and one line naming py-spy and the extra before anything starts."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     out = tmp_path / "out"
-    assert cli.main(["profile", "encode", "wire", "--out", str(out), "--seconds", "1"]) == 2
+    assert cli.main([*command, str(out)]) == 2
     err = capsys.readouterr().err
     assert "py-spy, which is not installed" in err
     assert "pip install 'hotpath[dev]'" in err
     assert "Traceback" not in err
-    assert not out.exists()
+    assert not out.exists() and not list(tmp_path.glob("out*"))
 
 
 def test_profile_records_an_encode_loop(tmp_path: Path) -> None:

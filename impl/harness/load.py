@@ -367,6 +367,12 @@ def run(args: argparse.Namespace) -> int:
     if args.compare and args.url:
         print("--compare starts its own servers; it cannot be used with --url", file=sys.stderr)
         return 2
+    if args.profile:
+        try:
+            procs.pyspy_executable()
+        except procs.PySpyMissing as exc:
+            print(f"hotpath loadtest --profile: {exc}", file=sys.stderr)
+            return 2
     runs = []
     if args.compare == "baseline":
         runs.append(run_scenario(scenario, label="baseline", baseline=True, **common))

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -327,10 +328,28 @@ class Sampler(threading.Thread):
         }
 
 
+class PySpyMissing(RuntimeError):
+    """py-spy is not installed beside this Python or on PATH."""
+
+
+def pyspy_executable() -> str:
+    """The py-spy executable: beside this Python (a venv's bin/), else on PATH."""
+    exe = Path(sys.executable).with_name("py-spy")
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("py-spy")
+    if found is None:
+        raise PySpyMissing(
+            f"profiles are recorded with py-spy, which is not installed here (looked beside "
+            f"{sys.executable} and on PATH); install with pip install 'hotpath[dev]' "
+            f"(or pip install 'py-spy>=0.3.14')"
+        )
+    return found
+
+
 def start_pyspy(pid: int, prefix: Path, *, rate: int = 100) -> list[subprocess.Popen]:
     """Two non-blocking py-spy recorders of `pid`: PREFIX.speedscope.json and PREFIX.svg."""
-    exe = Path(sys.executable).with_name("py-spy")
-    binary = str(exe) if exe.exists() else "py-spy"
+    binary = pyspy_executable()
     prefix.parent.mkdir(parents=True, exist_ok=True)
     recorders = []
     for fmt, suffix in (("speedscope", ".speedscope.json"), ("flamegraph", ".svg")):

@@ -51,6 +51,9 @@ one line on stdout and flushes it:
 The listen backlog is `--backlog` (default 16384; the kernel caps it at net.core.somaxconn) so a
 burst of connects is not dropped. `--workers N` runs N processes sharing the port
 (SO_REUSEPORT): one process cannot serve many 20 MB bodies per second.
+
+The server's tests use a smaller stand-in (`tests/_fake_vllm.py`) whose faults are chosen by a
+request's seed and which records every request it answered; its docstring says why.
 """
 
 from __future__ import annotations
