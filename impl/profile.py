@@ -36,7 +36,7 @@ from impl import registry
 from impl.measure import LARGEST_TOKENS
 
 _ROOT = Path(__file__).resolve().parents[1]
-#: the largest in-flight count of the pool comparisons (DESIGN.md: 512, 2048, 4096)
+#: the largest in-flight count of the pool comparisons (docs/scenarios.md: 512, 2048, 4096)
 POOL_IN_FLIGHT = 2048
 DECODE_TOKENS = ENCODE_TOKENS = LARGEST_TOKENS
 

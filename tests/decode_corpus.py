@@ -1,9 +1,9 @@
 """Seeded decode corpus for the parity and error tests: valid bodies and invalid ones.
 
 Valid bodies come from `impl.harness.bodies` (minimal and realistic vLLM, n = 1..4, 0..262144
-tokens, prompt logprobs k = 0 and k > 0), the shared fixture (a tests-local copy) and
-hand-built bodies for the edge cases of DESIGN.md. Invalid bodies must make every decoder
-raise `DecodeError`.
+tokens, prompt logprobs k = 0 and k > 0), the real-shaped body in tests/fixtures (see
+docs/vllm-body.md) and hand-built bodies for the edge cases of the decode contract
+(docs/families.md). Invalid bodies must make every decoder raise `DecodeError`.
 """
 
 from __future__ import annotations

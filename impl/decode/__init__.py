@@ -2,7 +2,7 @@
 
 Contract: `registry.create("decode", name).decode(body, *, prompt_tokens=None,
 topk_prompt_logprobs=0) -> Completion`. The reference (`json`) defines the semantics (see
-DESIGN.md, decode); every other decoder returns exactly the same arrays or raises
+docs/families.md, decode); every other decoder returns exactly the same arrays or raises
 `DecodeError`, and no other exception escapes.
 """
 

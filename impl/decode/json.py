@@ -1,8 +1,8 @@
 """The reference decoder: stdlib `json` + numpy, written for clarity rather than speed.
 
-It defines the decode semantics of DESIGN.md; every other decoder is tested against it, and
+It defines the decode semantics of docs/families.md; every other decoder is tested against it, and
 they hand bodies their fast path cannot handle to it (so it is also the universal fallback).
-Choices of this reference that DESIGN.md leaves open:
+Choices of this reference that the contract leaves open:
 - the body is read as UTF-8 with invalid bytes tolerated (`surrogateescape`): decoders return
   no strings, so string contents are only checked against JSON's grammar;
 - NaN / Infinity literals are rejected; a number that overflows a double (`1e400`) is accepted

@@ -2,7 +2,7 @@
 
 `generate()` draws the sampled tokens and their logprobs (deterministic for the prompt, seed,
 n and max_tokens); `completion_body()` renders them as one compact JSON line in the shape of
-VLLM_BODY.md: `minimal` (text, token_ids, logprobs.token_logprobs) or `vllm` (logprobs=1 with
+docs/vllm-body.md: `minimal` (text, token_ids, logprobs.token_logprobs) or `vllm` (logprobs=1 with
 text_offset, token_logprobs, tokens, top_logprobs; prompt_logprobs when asked). Rendering is
 vectorised over precomputed per-token pieces (a 262144-token vllm body renders in well under
 a second). Floats are Python's repr of float32-derived doubles; -inf is written `-9999.0`, as
@@ -194,7 +194,7 @@ def completion_body(
     prompt_logprobs: int | None = None,
     model: str = "hotpath-fake",
 ) -> bytes:
-    """One compact JSON line in vLLM's shape (VLLM_BODY.md) for these choices."""
+    """One compact JSON line in vLLM's shape (docs/vllm-body.md) for these choices."""
     if kind not in ("minimal", "vllm"):
         raise ValueError(f"kind must be 'minimal' or 'vllm', not {kind!r}")
     strings, encoded, _ = _vocab()

@@ -1,4 +1,4 @@
-"""Named load scenarios: DESIGN.md's end-to-end table scaled to this machine (2 cores, 20,000 fds).
+"""Named load scenarios: the production runs of docs/scenarios.md scaled to 2 cores, 20,000 fds.
 
 A `Scenario` says what the client sends (requests, prompt and output lengths, concurrency, the
 cap on outstanding samples) and how the fake router behaves (mode, body, workers). `hotpath
@@ -66,7 +66,7 @@ class Scenario:
 PRESETS: dict[str, tuple[Scenario, str]] = {
     "small-2048": (
         Scenario(num_requests=2048, max_tokens=16, timeout=300.0),
-        "2048 small results, instant router (DESIGN: 71.6 s -> 2.7 s on 16 vCPU)",
+        "2048 small results, instant router (in production: 71.6 s -> 2.7 s on 16 vCPU)",
     ),
     "long-512x32k": (
         Scenario(

@@ -3,7 +3,7 @@
 Timeout semantics every implementation follows (the pool contract):
 - `connect_timeout` bounds the TCP connect. Exceeding it is a `ConnectError` (nothing was sent);
 - waiting for a free slot under `max_connections` has no deadline: a request queued behind a busy
-  engine waits (DESIGN.md), as do requests queued behind the connection cap;
+  engine waits (docs/families.md, pool), as do requests queued behind the connection cap;
 - `read_timeout` bounds each gap between reads of the answer (not the whole answer): exceeding it
   is a `ReadError`;
 - no total deadline: a request the engine is still working on waits as long as bytes keep coming
@@ -67,7 +67,7 @@ def aiohttp_session(options: Options, **session_kwargs: Any) -> Any:
     connector = aiohttp.TCPConnector(
         limit=options.max_connections,
         limit_per_host=0,  # the one cap is `limit`; the router is a single host
-        happy_eyeballs_delay=None,  # one connect attempt per request; see DESIGN.md
+        happy_eyeballs_delay=None,  # one connect attempt per request (docs/families.md, pool)
         keepalive_timeout=KEEPALIVE_SECONDS,
         ttl_dns_cache=None,
     )

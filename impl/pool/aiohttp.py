@@ -9,7 +9,7 @@ and returning a connection is O(1) whatever the number in flight; the HTTP parse
 (llhttp). Per-request CPU stays flat from hundreds to thousands of requests in flight.
 
 Caveats: Happy Eyeballs is turned off: under uvloop, cancelled parallel connect attempts caused
-"file descriptor is used by transport" errors that failed unrelated forwards (DESIGN.md).
+"file descriptor is used by transport" errors that failed unrelated forwards (docs/scenarios.md).
 aiohttp's `connect` timeout would include the wait for a free slot under the limit, which the
 contract leaves without a deadline, so only `sock_connect` bounds the connect. The session is
 created on first use, inside the running loop, as aiohttp requires.
