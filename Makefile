@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS := all,dev,sdk
 
-.PHONY: bench test install lint proto clean
+.PHONY: bench test install lint proto clean results
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check impl benchmarks tests profiles perf
 	$(BIN)/ruff format --check impl benchmarks tests profiles perf
+
+# The committed results sample, the figures and the README's tables, from one quiet run.
+results: $(STAMP)
+	$(BIN)/python -m impl.results $(ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. impl/encode/sample.proto

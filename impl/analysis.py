@@ -51,6 +51,7 @@ def load_results(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
                 **sec,
                 "environment": run.get("environment", {}),
                 "quick": run.get("quick", False),
+                "full": run.get("full", False),
             }
     return {
         "files": [str(f) for f in files],

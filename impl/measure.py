@@ -76,6 +76,7 @@ def environment() -> dict[str, Any]:
         "cpu": cpu,
         "cpus": os.cpu_count(),
         "git_sha": sha,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "versions": versions,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
