@@ -6,8 +6,9 @@ from conftest import create_or_skip, label
 from benchmarks.common import decode_body
 from impl import registry
 from impl.decode.parity import same
+from impl.measure import LARGEST_TOKENS
 
-INPUTS = [(32768, "vllm"), (262144, "minimal"), (262144, "vllm")]
+INPUTS = [(32768, "vllm"), (LARGEST_TOKENS, "minimal"), (LARGEST_TOKENS, "vllm")]
 
 
 @pytest.mark.parametrize(("tokens", "kind"), INPUTS, ids=[f"{k}-{t}" for t, k in INPUTS])

@@ -5,8 +5,10 @@ from conftest import create_or_skip, label
 
 from impl import registry
 from impl.encode import JSON_IMPLEMENTATIONS, json_implementation, json_unavailable_reason, samples
+from impl.measure import LARGEST_TOKENS
 
-SIZES = (8192, 262144)
+#: a mid-size and the largest of `impl.measure.TOKENS`
+SIZES = (8192, LARGEST_TOKENS)
 
 
 @pytest.mark.parametrize("tokens", SIZES, ids=lambda t: f"{t}tok")

@@ -27,47 +27,56 @@ DECODE_INPUTS = ((128, "minimal"), (2048, "vllm"))
 ENCODE_TOKENS = (128, 32768)
 
 
+def _timed_rows(
+    family: str,
+    candidates: list[str],
+    inputs: list[tuple[str, Any]],
+    call: Callable[[Any, Any], Any],
+    equal: Callable[[Any, Any], bool],
+    size: Callable[[Any, Any], int],
+) -> Rows:
+    """Median seconds of `call(implementation, input)` per input, for every candidate whose
+    result `equal`s the reference's; `size(input, reference result)` is the row's size."""
+    reference = registry.create(family, registry.reference(family))
+    created = {name: registry.create(family, name) for name in candidates}
+    rows = []
+    for label, value in inputs:
+        want = call(reference, value)
+        cost = {}
+        for name, implementation in created.items():
+            if equal(call(implementation, value), want):
+                cost[name] = median_seconds(
+                    lambda i=implementation, v=value: call(i, v), min_time=0.02, repeat=3
+                )
+        rows.append({"input": label, "size_bytes": size(value, want), "cost": cost})
+    return rows
+
+
 def decode(candidates: list[str]) -> Rows:
     """Median seconds per decode of two seeded bodies (`auto` follows the others: left out)."""
     from impl.decode.parity import same
     from impl.harness.bodies import body_for
 
-    reference = registry.create("decode", registry.reference("decode"))
-    rows = []
-    for tokens, kind in DECODE_INPUTS:
-        body = body_for(tokens, kind=kind)
-        want = reference.decode(body)
-        cost = {}
-        for name in candidates:
-            decoder = registry.create("decode", name) if name != "auto" else None
-            if decoder is None or not same(decoder.decode(body), want):
-                continue
-            cost[name] = median_seconds(
-                lambda d=decoder, b=body: d.decode(b), min_time=0.02, repeat=3
-            )
-        rows.append({"input": f"{kind}-{tokens}", "size_bytes": len(body), "cost": cost})
-    return rows
+    inputs = [(f"{kind}-{n}", body_for(n, kind=kind)) for n, kind in DECODE_INPUTS]
+    names = [name for name in candidates if name != "auto"]
+    return _timed_rows(
+        "decode", names, inputs, lambda d, body: d.decode(body), same, lambda body, _: len(body)
+    )
 
 
 def encode(candidates: list[str]) -> Rows:
     """Median seconds per encode of seeded Completions; bytes must equal the reference's."""
     from impl.encode import samples
 
-    reference = registry.create("encode", registry.reference("encode"))
-    rows = []
-    for tokens in ENCODE_TOKENS:
-        completion = samples.sized(tokens)
-        want = reference.encode(completion)
-        cost = {}
-        for name in candidates:
-            encoder = registry.create("encode", name)
-            if encoder.encode(completion) != want:
-                continue
-            cost[name] = median_seconds(
-                lambda e=encoder, c=completion: e.encode(c), min_time=0.02, repeat=3
-            )
-        rows.append({"input": f"tokens-{tokens}", "size_bytes": len(want), "cost": cost})
-    return rows
+    inputs = [(f"tokens-{n}", samples.sized(n)) for n in ENCODE_TOKENS]
+    return _timed_rows(
+        "encode",
+        candidates,
+        inputs,
+        lambda e, completion: e.encode(completion),
+        lambda got, want: got == want,
+        lambda _, want: len(want),
+    )
 
 
 def accesslog(candidates: list[str]) -> Rows:
