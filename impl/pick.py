@@ -3,8 +3,8 @@
 Order of evidence: an explicit name (the caller's flag or `HOTPATH_<FAMILY>`), else the
 measurements `hotpath bench` recorded on this machine, else a short calibration (when the
 caller passes one: the server passes `impl.server.calibration`'s), else the family's fixed
-`PREFERENCE` order. Every pick
-carries the reason, so the server can log it and show it on /healthz.
+`PREFERENCE` order. Every pick carries the reason, so the server can log it and show it on
+/healthz.
 
 Measurements file (JSON, `HOTPATH_MEASUREMENTS` or ~/.cache/hotpath/measurements.json):
 

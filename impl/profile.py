@@ -42,6 +42,7 @@ DECODE_TOKENS = ENCODE_TOKENS = LARGEST_TOKENS
 
 
 def _pyspy() -> str:
+    """py-spy's path; `procs.PySpyMissing` with the install hint when it is not installed."""
     from impl.harness.procs import pyspy_executable
 
     return pyspy_executable()

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from impl import registry
 from impl.measure import format_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "notebooks" / "data"
 #: sample file -> the `hotpath bench` sections it holds
 SAMPLE_FILES: dict[str, tuple[str, ...]] = {
-    "bench-families.json": ("decode", "encode", "pool", "accesslog"),
+    "bench-families.json": registry.families(),
     "bench-endtoend.json": ("endtoend",),
 }
 _REGION = re.compile(r"(<!-- results:(\w+) -->\n).*?(<!-- /results:\2 -->)", re.S)
