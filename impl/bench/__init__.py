@@ -21,12 +21,12 @@ import time
 import traceback
 from pathlib import Path
 
-from impl import pick
+from impl import pick, registry
 from impl.bench._common import Section
 from impl.measure import environment
 
 #: Sections in the order they run; each is `impl.bench.<name>`.
-SECTIONS: tuple[str, ...] = ("decode", "encode", "pool", "accesslog", "server", "endtoend")
+SECTIONS: tuple[str, ...] = (*registry.families(), "server", "endtoend")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
