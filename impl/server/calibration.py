@@ -6,7 +6,8 @@ names and returns rows in the measurements format (`{"input", "size_bytes", "cos
 seconds}}`, lower is better); an implementation whose result differs from the reference's is
 left out of its row, as `hotpath bench` leaves it out. The pool has none: its cost only shows
 with hundreds of requests in flight, too long for a start-up, so it falls back to the
-preference order. About 1–2 s per family here.
+preference order. Measured on the 2-core development machine at load average ~13: decode
+1.4 s, encode 0.6 s, access log 2.0 s.
 """
 
 from __future__ import annotations
