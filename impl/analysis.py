@@ -4,9 +4,10 @@ The notebooks under notebooks/ stay thin: they call `load_results()`, one `plot_
 figure and `save()`. Figures are built on `matplotlib.figure.Figure` (no pyplot state, no GUI
 backend: the Agg canvas renders them), saved as PNG under `figures_dir()` and shown inline.
 
-Paths: `HOTPATH_RESULTS` (default notebooks/data/bench.json, the committed sample) and
+Paths: `HOTPATH_RESULTS` (default notebooks/data/, the committed sample) and
 `HOTPATH_FIGURES` (default notebooks/figures) override where data is read and figures written.
-Every figure's footer says which run produced it (git SHA, CPU, date), as STYLE.md asks.
+Every figure's footer says which run produced it (git SHA, CPU, date), so a figure can always
+be traced to what produced it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: names of documents that live outside the repository, and a path out of it
-OUTSIDE = re.compile(r"DESIGN\.md|VLLM_BODY|TINKER_SDK|\.\./shared")
+OUTSIDE = re.compile(r"DESIGN\.md|STYLE\.md|VLLM_BODY|TINKER_SDK|\.\./shared")
 #: a Markdown link or image target that is a relative path
 LINK = re.compile(r"\]\(((?!https?://|#)[^)\s#]+)(#[^)\s]*)?\)")
 
