@@ -7,7 +7,8 @@ and on shutdown wakes held polls, cancels forwards and closes the pool.
 
 `HotpathApp` sends the hot routes (asample, retrieve_future) straight to their raw ASGI
 handlers before FastAPI's middleware stack and router; every other request, and the OpenAPI
-schema, is plain FastAPI.
+schema, is plain FastAPI. With metrics on (the default), every HTTP request first passes the
+metrics' pure ASGI middleware (`impl.server.metrics.Metrics.http`), which times and counts it.
 """
 
 from __future__ import annotations
@@ -43,8 +44,16 @@ class HotpathApp(FastAPI):
         super().__init__(*args, **kwargs)
         #: path -> raw ASGI handler, filled by create_app from the RawRoutes.
         self.hot: dict[str, Any] = {}
+        #: impl.server.metrics.Metrics while the lifespan runs with metrics on
+        self.metrics: Any = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.metrics is not None and scope["type"] == "http":
+            await self.metrics.http(scope, receive, send, self.dispatch)
+            return
+        await self.dispatch(scope, receive, send)
+
+    async def dispatch(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             handler = self.hot.get(scope["path"])
             if handler is not None:
@@ -75,26 +84,55 @@ async def lifespan(
     picks = picks or picks_module.choose(settings)
     parts = picks_module.create(picks, settings)
     store = _store(settings, parts["encoder"])
+    metrics = _metrics(app, settings, picks)
     forwarder = Forwarder(
         pool=parts["pool"],
         decoder=parts["decoder"],
         encoder=parts["encoder"],
         store=store,
         url=settings.completions_url,
+        metrics=metrics,
     )
-    state = State(settings, picks, store, Sessions(), forwarder, LagMonitor())
+    state = State(settings, picks, store, Sessions(), forwarder, LagMonitor(), metrics=metrics)
     state.poll_hold = settings.poll_hold
     state.retry_after = str(settings.retry_after).encode()
     store.start()
     state.lag.start()
     state.gc.start()
+    sync = None
+    if metrics is not None:
+        from impl.server.metrics import SyncTimer
+
+        state.lag.observe, state.gc.observe = metrics.loop_lag, metrics.gc_pause
+        sync = SyncTimer(metrics, state)
+        sync.start()
+        app.metrics = metrics
     try:
         yield {"server": state}
     finally:
+        app.metrics = None
+        if sync is not None:
+            sync.stop()
+            metrics.close()
         state.gc.stop()
         state.lag.stop()
         store.close()
         await forwarder.aclose()
+
+
+def _metrics(app: FastAPI, settings: Settings, picks: Picks) -> Any:
+    """The Metrics object when metrics are on (prometheus-client is in the `server` extra)."""
+    if not settings.metrics:
+        return None
+    try:
+        from impl.server.metrics import Metrics
+    except ImportError as exc:
+        raise RuntimeError(
+            f"metrics need prometheus-client ({exc}): pip install 'hotpath[server]', "
+            "or run with --no-metrics"
+        ) from exc
+    names = {family: p["name"] for family, p in picks.as_json().items()}
+    return Metrics(names, baseline=settings.baseline, hot_paths=frozenset(app.hot))
 
 
 def _api_error(request: Request, exc: Exception) -> JSONResponse:

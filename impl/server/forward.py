@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -90,14 +91,30 @@ def _quote(body: bytes) -> str:
 
 
 class UpstreamFailed(Exception):
-    """The sample cannot complete; the message is what retrieve_future reports."""
+    """The sample cannot complete; the message is what retrieve_future reports, `kind` its
+    class in the metrics (connect, read, http_5xx, http_status, decode, choices)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class Forwarder:
     """Runs forwards in background tasks and completes or fails their records."""
 
-    def __init__(self, *, pool: Any, decoder: Any, encoder: Any, store: FutureStore, url: str):
+    def __init__(
+        self,
+        *,
+        pool: Any,
+        decoder: Any,
+        encoder: Any,
+        store: FutureStore,
+        url: str,
+        metrics: Any = None,
+    ):
         self.pool = pool
+        #: impl.server.metrics.Metrics, or None with --no-metrics
+        self.metrics = metrics
         self.decoder = decoder
         self.encoder = encoder
         self.store = store
@@ -111,35 +128,49 @@ class Forwarder:
         task.add_done_callback(self.tasks.discard)
 
     async def _run(self, record: Record, job: Job) -> None:
+        metrics = self.metrics
         try:
             payload = await self.result(job)
         except UpstreamFailed as exc:
+            if metrics is not None:
+                metrics.upstream_failure(exc.kind)
             await self.store.fail(record, str(exc))
         except asyncio.CancelledError:
+            if metrics is not None:
+                metrics.upstream_failure("shutdown")
             await self.store.fail(record, "the server shut down before the sample completed")
             raise
         except Exception as exc:  # a bug: fail the sample, keep serving, log the traceback
             log.exception("forward of %s failed unexpectedly", record.request_id)
+            if metrics is not None:
+                metrics.upstream_failure("internal")
             await self.store.fail(record, f"internal server error: {type(exc).__name__}: {exc}")
         else:
+            started = time.perf_counter()
             await self.store.complete(record, payload)
+            if metrics is not None:
+                metrics.store(time.perf_counter() - started)
 
     async def post(self, body: bytes) -> Any:
         """The router's reply; retried once on a connect-phase error or a 5xx."""
         for attempt in (1, 2):
             self.attempts += 1
+            if attempt == 2 and self.metrics is not None:
+                self.metrics.retries.inc()
             try:
                 reply = await self.pool.post(self.url, body, _HEADERS)
             except ConnectError as exc:
                 if attempt == 2:
                     raise UpstreamFailed(
-                        f"could not connect to the router at {self.url} (tried twice): {exc}"
+                        f"could not connect to the router at {self.url} (tried twice): {exc}",
+                        "connect",
                     ) from None
                 continue
             except ReadError as exc:
                 raise UpstreamFailed(
                     f"the router connection failed after the request was sent ({exc}); "
-                    "not retried: the engine may still be generating"
+                    "not retried: the engine may still be generating",
+                    "read",
                 ) from None
             if reply.status >= 500 and attempt == 1:
                 continue
@@ -148,25 +179,39 @@ class Forwarder:
 
     async def result(self, job: Job) -> bytes:
         """SampleResponse proto bytes for `job`, or UpstreamFailed saying why not."""
+        metrics = self.metrics
+        started = time.perf_counter()
         reply = await self.post(job.body)
+        if metrics is not None:
+            posted = time.perf_counter()
+            metrics.upstream_wait(posted - started)
         if reply.status != 200:
             again = " (after one retry)" if reply.status >= 500 else ""
             raise UpstreamFailed(
-                f"the router answered HTTP {reply.status}{again}: {_quote(reply.body)}"
+                f"the router answered HTTP {reply.status}{again}: {_quote(reply.body)}",
+                "http_5xx" if reply.status >= 500 else "http_status",
             )
         try:
             completion: Completion = self.decoder.decode(
                 reply.body, prompt_tokens=job.prompt_tokens, topk_prompt_logprobs=job.topk
             )
         except DecodeError as exc:
-            raise UpstreamFailed(f"the router's completion body is unreadable: {exc}") from None
+            raise UpstreamFailed(
+                f"the router's completion body is unreadable: {exc}", "decode"
+            ) from None
         if len(completion.sequences) != job.n:
             raise UpstreamFailed(
-                f"the router returned {len(completion.sequences)} choices for n={job.n}"
+                f"the router returned {len(completion.sequences)} choices for n={job.n}", "choices"
             )
         if not job.include_prompt_logprobs and completion.prompt_logprobs is not None:
             completion = dataclasses.replace(completion, prompt_logprobs=None)
-        return self.encoder.encode(completion)
+        if metrics is None:
+            return self.encoder.encode(completion)
+        decoded = time.perf_counter()
+        metrics.decode(decoded - posted)
+        payload = self.encoder.encode(completion)
+        metrics.encode(time.perf_counter() - decoded)
+        return payload
 
     async def aclose(self) -> None:
         for task in list(self.tasks):

@@ -77,6 +77,14 @@ class Settings:
         "gc.set_threshold of the server process ('700,10,10' is CPython's default; --baseline "
         "keeps it); objects alive at start-up are also frozen out of every collection",
     )
+    # -- metrics (GET /metrics) --
+    metrics: bool = _opt(
+        True,
+        "export Prometheus metrics on GET /metrics (request latencies, per-step times, store, "
+        "upstream failures, loop lag, GC pauses); --no-metrics turns them off. With several "
+        "processes, set PROMETHEUS_MULTIPROC_DIR to an empty directory first: any process then "
+        "answers with every process's figures",
+    )
 
     def __post_init__(self) -> None:
         positive = (

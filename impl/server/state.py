@@ -6,7 +6,9 @@ import asyncio
 import gc
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from impl.server.forward import Forwarder
 from impl.server.picks import Picks
@@ -22,6 +24,8 @@ class LagMonitor:
         self.interval = interval
         self.samples: deque[float] = deque(maxlen=window)
         self._handle: asyncio.TimerHandle | None = None
+        #: also called with each sample (seconds), e.g. the metrics' histogram
+        self.observe: Callable[[float], None] | None = None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -30,7 +34,10 @@ class LagMonitor:
         def tick() -> None:
             nonlocal due
             now = loop.time()
-            self.samples.append(max(0.0, now - due))
+            lag = max(0.0, now - due)
+            self.samples.append(lag)
+            if self.observe is not None:
+                self.observe(lag)
             due = now + self.interval
             self._handle = loop.call_at(due, tick)
 
@@ -62,6 +69,8 @@ class GcMonitor:
         self.counts = [0, 0, 0]
         self.total = [0.0, 0.0, 0.0]
         self._began = 0.0
+        #: also called with (generation, seconds) for each collection, e.g. by the metrics
+        self.observe: Callable[[int, float], None] | None = None
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -72,6 +81,8 @@ class GcMonitor:
         self.counts[generation] += 1
         self.total[generation] += pause
         self.pauses.append((generation, pause))
+        if self.observe is not None:
+            self.observe(generation, pause)
 
     def start(self) -> None:
         gc.callbacks.append(self._callback)
@@ -100,6 +111,8 @@ class State:
     forwarder: Forwarder
     lag: LagMonitor
     gc: GcMonitor = field(default_factory=GcMonitor)
+    #: impl.server.metrics.Metrics, or None with --no-metrics
+    metrics: Any = None
     started: float = field(default_factory=time.monotonic)
     #: Hot-route copies of settings, in the form the raw handlers write them.
     poll_hold: float = 0.0

@@ -139,6 +139,7 @@ class MemoryStore:
         self.retrievals: deque[tuple[float, Record]] = deque()  # retrieved_ttl deadlines
         self.tombstones: deque[tuple[float, Record]] = deque()  # dedup_ttl of evicted keys
         self.pending = 0
+        self.failed_held = 0  # failed records still stored (their error is retrievable)
         self.stored_bytes = 0
         self.counts = dict.fromkeys(
             (
@@ -275,6 +276,7 @@ class MemoryStore:
         return {
             "records": len(self.records),
             "pending": self.pending,
+            "failed_held": self.failed_held,
             "stored_bytes": self.stored_bytes,
             **self.counts,
         }
@@ -289,6 +291,7 @@ class MemoryStore:
         self.pending -= 1
         self.counts["completed" if state == DONE else "failed"] += 1
         if record.request_id in self.records:
+            self.failed_held += state == FAILED
             record.size = len(payload) if payload is not None else len(error or "")
             self.stored_bytes += record.size
             record.deadline = self._now() + self.completed_ttl
@@ -310,6 +313,7 @@ class MemoryStore:
             else:
                 del self.keys[record.key]
         self.stored_bytes -= record.size
+        self.failed_held -= record.state == FAILED
         self.counts["evicted"] += 1
         record.size = 0
         record.json = None

@@ -1,12 +1,14 @@
-"""`GET /healthz`: picks and why, store counts, stored bytes, event-loop lag, GC pauses."""
+"""`GET /healthz`: picks and why, store counts, stored bytes, event-loop lag, GC pauses.
+`GET /metrics`: the same and more in Prometheus text format (see impl/server/metrics.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import Response
 
-from impl.server.routes.deps import ServerState
+from impl.server.routes.deps import ApiError, ServerState
 
 router = APIRouter(tags=["health"])
 
@@ -26,3 +28,23 @@ async def healthz(state: ServerState) -> dict[str, Any]:
         "gc": state.gc.snapshot(),
         "uptime_s": round(state.uptime(), 1),
     }
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        404: {"description": "metrics are off (--no-metrics)"},
+    },
+)
+async def metrics(state: ServerState) -> Response:
+    """Prometheus metrics (request latencies per route and status, per-step times, store,
+    upstream failures, loop lag, GC pauses, picks); no API key needed, as for /healthz."""
+    if state.metrics is None:
+        raise ApiError(404, "metrics are off: the server runs with --no-metrics")
+    body, content_type = state.metrics.exposition(state)
+    return Response(body, media_type=content_type)

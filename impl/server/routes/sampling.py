@@ -10,6 +10,8 @@ retrieved-TTL clock.
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 import orjson
 
@@ -93,6 +95,8 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
     if record is None:
         busy = store.pressure()
         if busy is not None:
+            if state.metrics is not None:
+                state.metrics.rejected(busy)
             return await respond(
                 send,
                 429,
@@ -133,6 +137,7 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
         await store.wait(record, state.poll_hold)
         if record.state == PENDING:
             return await respond(send, 200, TRY_AGAIN)
+    started = time.perf_counter()  # the serve step: the finished record to the last byte
     if record.state == FAILED:
         body = orjson.dumps({"error": record.error, "category": "server"})
         content_type = JSON
@@ -144,7 +149,8 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
         content_type = JSON
     if store.clock_starts_on_build:  # the baseline's semantics: counted before it is sent
         await store.delivered(record)
-        return await respond(send, 200, body, content_type)
+        await respond(send, 200, body, content_type)
+        return _served(state, record, content_type, started)
     await send(
         {
             "type": "http.response.start",
@@ -158,7 +164,14 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
     if not client_gone(receive):
         await store.delivered(record)
     await send({"type": "http.response.body", "body": b""})
-    return None
+    return _served(state, record, content_type, started)
+
+
+def _served(state, record, content_type: bytes, started: float) -> None:
+    """Observe the serve step of a completed result (a failure's message is not a result)."""
+    if state.metrics is not None and record.state != FAILED:
+        fmt = "protobuf" if content_type == PROTOBUF else "json"
+        state.metrics.serve[fmt](time.perf_counter() - started)
 
 
 def _operation(request: type, responses: dict[int, dict]) -> dict:

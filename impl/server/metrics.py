@@ -1,0 +1,321 @@
+"""Prometheus metrics of the server (`GET /metrics`), and the few hooks that feed them.
+
+What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
+
+- `http_request_duration_seconds{route,method,status}`: one histogram per route template and
+  status; its `_count` is the request count. A held poll's time includes the hold.
+- `step_duration_seconds{step,implementation}`: where a result's time went, per sample:
+  `upstream_wait` (the picked pool's POST, router queueing and generation included), `decode`,
+  `encode`, `store` (completing the record), `serve` (a poll's answer from the finished record
+  to the last byte handed to the client; `implementation` is the format: protobuf or json).
+- store gauges (`store_records{state}`, `store_stored_bytes`, `store_outstanding`,
+  `forwards_in_flight`) and counters (`store_*_total`: submitted, dedup hits, late duplicates,
+  completed, failed, delivered, evictions; `backpressure_rejections_total{limit}`: the 429s).
+- `upstream_failures_total{class}` (connect, read, http_5xx, http_status, decode, choices,
+  internal, shutdown) and `upstream_retries_total`.
+- `event_loop_lag_seconds` (histogram of the lag monitor's samples), `gc_pause_seconds
+  {generation}` (every collection), `build_info` (picks, versions), and prometheus-client's own
+  process and Python collectors (CPU, RSS, fds, gc counts).
+
+Why it is cheap. The only per-request work is two `perf_counter` calls, a wrapped `send` that
+notes the status, a dict lookup of a pre-bound histogram child and one `observe`; per sample,
+four more observes. Store figures cost nothing on the hot path: the store already counts them,
+and `sync()` (every second, and on each scrape) copies them into gauges and adds the counters'
+increments since the last sync.
+
+Several processes. Every figure lives in a prometheus-client metric object (nothing is computed
+only at scrape time in one process), so prometheus-client's multiprocess mode works unchanged:
+with `PROMETHEUS_MULTIPROC_DIR` set before the server starts, each process writes its values to
+files there and `/metrics`, answered by whichever process, aggregates every process's files
+(counters and histograms summed; gauges summed over live processes). Per-process labels were
+not chosen because behind one shared port a scrape reaches one process at random.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import time
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+#: Seconds; from a try_again answered at once to a poll held 30 s and a 20 MB result.
+REQUEST_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+)  # fmt: skip
+#: Seconds; a step runs from microseconds (encode) to minutes (a queued generation).
+STEP_BUCKETS = (
+    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+)  # fmt: skip
+PAUSE_BUCKETS = (1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+STEPS = ("upstream_wait", "decode", "encode", "store", "serve")
+FAILURE_CLASSES = (
+    "connect",
+    "read",
+    "http_5xx",
+    "http_status",
+    "decode",
+    "choices",
+    "internal",
+    "shutdown",
+)
+#: store.stats() counter -> exported counter name (without the `hotpath_` prefix)
+STORE_COUNTERS = {
+    "submitted": "store_submitted_total",
+    "deduplicated": "store_dedup_hits_total",
+    "late_duplicates": "store_late_duplicates_total",
+    "completed": "store_completed_total",
+    "failed": "store_failed_total",
+    "delivered": "store_delivered_total",
+    "evicted": "store_evictions_total",
+}
+#: Versions shown in build_info (the libraries behind the picks, and the server's stack).
+VERSIONED = (
+    "hotpath",
+    "fastapi",
+    "uvicorn",
+    "prometheus-client",
+    "orjson",
+    "msgspec",
+    "pysimdjson",
+    "protobuf",
+    "pyreqwest",
+    "pyqwest",
+    "aiohttp",
+    "httpx",
+)
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess-mode directory prometheus-client uses, when one is set."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in VERSIONED:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            out[dist.replace("-", "_")] = importlib.metadata.version(dist)
+    return out
+
+
+class Metrics:
+    """The server's metric objects in one private registry (one per app, so tests can run
+    several apps in one process), pre-bound to the picked implementations."""
+
+    def __init__(
+        self, picks: dict[str, str], *, baseline: bool = False, hot_paths: frozenset[str] = ()
+    ) -> None:
+        #: paths served before FastAPI's router (no scope["route"]), kept as route labels
+        self.hot_paths = frozenset(hot_paths)
+        disable_created_metrics()  # no `_created` series: half the scrape, never charted
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self.requests = Histogram(
+            "hotpath_http_request_duration_seconds",
+            "Time from request start to the last response byte, per route template and status "
+            "(_count: requests)",
+            ("route", "method", "status"),
+            buckets=REQUEST_BUCKETS,
+            registry=reg,
+        )
+        self._request_children: dict[tuple[str, str, int], Any] = {}
+        steps = Histogram(
+            "hotpath_step_duration_seconds",
+            "Where each result's time went: upstream_wait, decode, encode, store, serve; "
+            "labelled with the implementation that ran the step",
+            ("step", "implementation"),
+            buckets=STEP_BUCKETS,
+            registry=reg,
+        )
+        store_kind = "baseline" if baseline else "memory"
+        self.upstream_wait = steps.labels("upstream_wait", picks["pool"]).observe
+        self.decode = steps.labels("decode", picks["decode"]).observe
+        self.encode = steps.labels("encode", picks["encode"]).observe
+        self.store = steps.labels("store", store_kind).observe
+        self.serve = {fmt: steps.labels("serve", fmt).observe for fmt in ("protobuf", "json")}
+        failures = Counter(
+            "hotpath_upstream_failures",
+            "Samples failed by the router side, by class (final failures only)",
+            ("class",),
+            registry=reg,
+        )
+        self._failures = {kind: failures.labels(kind) for kind in FAILURE_CLASSES}
+        self.retries = Counter(
+            "hotpath_upstream_retries",
+            "Router requests retried once (connect-phase error or 5xx)",
+            registry=reg,
+        )
+        rejections = Counter(
+            "hotpath_backpressure_rejections",
+            "asample answered 429 + Retry-After, by the limit that was reached",
+            ("limit",),
+            registry=reg,
+        )
+        self._rejections = {k: rejections.labels(k) for k in ("outstanding", "bytes")}
+        self._store_counters = {
+            key: Counter("hotpath_" + name.removesuffix("_total"), f"store: {key}", registry=reg)
+            for key, name in STORE_COUNTERS.items()
+        }
+        self._synced: dict[str, int] = dict.fromkeys(STORE_COUNTERS, 0)
+        records = Gauge(
+            "hotpath_store_records",
+            "Records held by the store, by state (done/failed: finished, still retrievable)",
+            ("state",),
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
+        self._records = {s: records.labels(s) for s in ("pending", "done", "failed")}
+        self._gauges = {
+            name: Gauge("hotpath_" + name, text, registry=reg, multiprocess_mode="livesum")
+            for name, text in (
+                ("store_stored_bytes", "Result bytes the store holds (protobuf and cached JSON)"),
+                ("store_outstanding", "Samples submitted and not finished (the 429 limit)"),
+                ("forwards_in_flight", "Forwards to the router running now"),
+                ("sessions", "Sampling sessions known"),
+            )
+        }
+        self.loop_lag = Histogram(
+            "hotpath_event_loop_lag_seconds",
+            "How late the lag monitor's timer fired (sampled every 0.25 s)",
+            buckets=PAUSE_BUCKETS,
+            registry=reg,
+        ).observe
+        pauses = Histogram(
+            "hotpath_gc_pause_seconds",
+            "Garbage-collector pauses, by generation",
+            ("generation",),
+            buckets=PAUSE_BUCKETS,
+            registry=reg,
+        )
+        self._pauses = [pauses.labels(str(g)).observe for g in range(3)]
+        info = {**{f"pick_{k}": v for k, v in picks.items()}, **_versions()}
+        info["baseline"] = str(baseline).lower()
+        Gauge(  # a gauge, not an Info: Info does not exist in multiprocess mode
+            "hotpath_build_info",
+            "Always 1; the labels are the picked implementations and library versions",
+            tuple(info),
+            registry=reg,
+            multiprocess_mode="max",
+        ).labels(**info).set(1)
+        if multiprocess_dir() is None:
+            from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+
+            for collector in (GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR):
+                with contextlib.suppress(ValueError):  # already registered in this registry
+                    reg.register(collector)
+
+    # -- hooks -----------------------------------------------------------------------------
+    def upstream_failure(self, kind: str) -> None:
+        self._failures.get(kind, self._failures["internal"]).inc()
+
+    def rejected(self, reason: str) -> None:
+        self._rejections["bytes" if "bytes" in reason else "outstanding"].inc()
+
+    def gc_pause(self, generation: int, seconds: float) -> None:
+        self._pauses[generation](seconds)
+
+    async def http(self, scope: Any, receive: Any, send: Any, app: Any) -> None:
+        """Pure ASGI middleware: time `app` on this request and count it by route and status."""
+        status = 500  # an exception before the response started is a 500 to the client
+        started = time.perf_counter()
+
+        async def noting_send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await app(scope, receive, noting_send)
+        finally:
+            elapsed = time.perf_counter() - started
+            key = (self._route(scope), scope["method"], status)
+            child = self._request_children.get(key)
+            if child is None:
+                child = self._request_children[key] = self.requests.labels(*key).observe
+            child(elapsed)
+
+    def _route(self, scope: Any) -> str:
+        """The route template a request matched (bounded label values), else `unmatched`."""
+        route = scope.get("route")
+        if route is not None:
+            return getattr(route, "path", "unmatched")
+        path = scope.get("path", "")
+        return path if path in self.hot_paths else "unmatched"
+
+    # -- scrape ----------------------------------------------------------------------------
+    def sync(self, state: Any) -> None:
+        """Copy the store's counts into gauges, add counter increments since the last sync."""
+        stats = state.store.stats()
+        for key, counter in self._store_counters.items():
+            value = stats.get(key, 0)
+            delta = value - self._synced[key]
+            if delta > 0:
+                counter.inc(delta)
+            self._synced[key] = value
+        failed = stats.get("failed_held", 0)
+        pending = stats.get("pending", 0)
+        self._records["pending"].set(pending)
+        self._records["failed"].set(failed)
+        self._records["done"].set(stats.get("records", 0) - pending - failed)
+        self._gauges["store_stored_bytes"].set(stats.get("stored_bytes", 0))
+        self._gauges["store_outstanding"].set(pending)
+        self._gauges["forwards_in_flight"].set(len(state.forwarder.tasks))
+        self._gauges["sessions"].set(state.sessions.stats().get("sampling_sessions", 0))
+
+    def close(self) -> None:
+        """In multiprocess mode, drop this process's live gauges (it no longer serves)."""
+        directory = multiprocess_dir()
+        if directory is not None:
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid(), directory)
+
+    def exposition(self, state: Any) -> tuple[bytes, str]:
+        """The /metrics body and content type (every process's figures in multiprocess mode)."""
+        self.sync(state)
+        directory = multiprocess_dir()
+        if directory is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=directory)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class SyncTimer:
+    """Calls `metrics.sync(state)` every `interval` seconds on the event loop."""
+
+    def __init__(self, metrics: Metrics, state: Any, interval: float = 1.0) -> None:
+        self.metrics, self.state, self.interval = metrics, state, interval
+        self._handle: Any = None
+
+    def start(self) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            self.metrics.sync(self.state)
+            self._handle = loop.call_later(self.interval, tick)
+
+        self._handle = loop.call_later(self.interval, tick)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
