@@ -5,6 +5,8 @@
   auth, msgspec validation, session and dedup lookups, backpressure check, building the router
   body, creating the record, the response. The forward's own cost (pool, decode, encode) is
   what the pool/decode/encode sections measure.
+- `hotpath-nometrics`: the production app with `--no-metrics` (`impl/bench/metrics_cost.py`
+  compares it with `hotpath`: what the Prometheus metrics cost per request).
 - `hotpath-routed`: the same app with the hot-path dispatch off, so the raw handlers are
   reached through FastAPI's middleware stack and router: what the dispatch saves.
 - `starlette`: a bare Starlette app whose routes do the same JSON work with orjson: asample
@@ -19,6 +21,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import socket
 import sys
@@ -101,13 +104,13 @@ def fastapi_app() -> Any:
     return app
 
 
-def hotpath_app() -> Any:
+def hotpath_app(metrics: bool = True) -> Any:
     from impl.server.app import create_app
     from impl.server.settings import Settings
 
     settings = Settings(
         router_url="http://127.0.0.1:9", poll_hold=0.0, max_outstanding=1 << 30,
-        accesslog="null", calibrate=False, log_level="warning",
+        accesslog="null", calibrate=False, log_level="warning", metrics=metrics,
     )  # fmt: skip
     app = create_app(settings)
     started = app.router.lifespan_context
@@ -134,6 +137,7 @@ def serve(name: str) -> None:
     factory = {
         "hotpath": hotpath_app,
         "hotpath-routed": hotpath_routed_app,
+        "hotpath-nometrics": functools.partial(hotpath_app, metrics=False),
         "starlette": starlette_app,
         "fastapi": fastapi_app,
     }[name]
