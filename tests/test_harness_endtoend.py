@@ -72,6 +72,15 @@ def test_compare_baseline_prints_both_and_writes_the_report(tmp_path, capsys):
         assert len(timeline) == run["summary"]["healthz_samples"] >= 1
         offset, latency, connect, lag, pause = timeline[-1]
         assert 0 <= connect <= latency and lag >= 0 and pause >= 0 and offset >= 0
+    # /metrics was sampled: where each measured result's time went, with what ran each step
+    assert "where each result's time went" in out
+    for run in data["runs"]:
+        split = {(r["step"], r["implementation"]): r["count"] for r in run["summary"]["steps"]}
+        picks = run["summary"]["picks"]
+        for step, family in (("upstream_wait", "pool"), ("decode", "decode"), ("encode", "encode")):
+            assert split[(step, picks[family])] == 32, (run["summary"]["label"], step)
+        assert split[("serve", "protobuf")] >= 32
+        assert run["steps_timeline"], "at least the final scrape is on the timeline"
 
 
 def test_real_sdk_client_gets_every_token():

@@ -340,6 +340,8 @@ def run_scenario(
             run["server"] = sampler.finish()
             run["healthz_latencies"] = sampler.healthz_latencies
             run["healthz_timeline"] = sampler.healthz_timeline
+            run["steps"] = sampler.step_split()
+            run["steps_timeline"] = sampler.steps_timeline
             run["healthz"] = procs.fetch_json(url + "/healthz") or sampler.healthz
             run["router"] = procs.fetch_json(router_url + "/stats") if router_url else None
         finally:

@@ -3,7 +3,8 @@
 Every process is started here as a child on loopback and stopped by its PID (SIGTERM, then
 SIGKILL). `Sampler` is a thread that, while the load runs, samples the server's RSS, open fds and
 CPU time through psutil and the latency of `GET /healthz` on a fresh connection each time (as a
-load balancer's health check would see it).
+load balancer's health check would see it), and scrapes `GET /metrics` every few seconds (the
+per-step split of each result's time over the measured window, `impl.harness.steps`).
 """
 
 from __future__ import annotations
@@ -218,14 +219,32 @@ def probe(url: str, timeout: float = 10.0) -> tuple[int, Any, float]:
         return response.status, None, connected
 
 
+def scrape_steps(url: str, timeout: float = 10.0) -> Any:
+    """The per-step totals of a server's GET /metrics, or None (metrics off, or no answer)."""
+    from impl.harness import steps
+
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=timeout) as response:
+            return steps.parse(response.read().decode())
+    except (OSError, ValueError, ImportError):
+        return None
+
+
 class Sampler(threading.Thread):
-    """Samples a server's RSS, fds, CPU time and /healthz latency every `interval` seconds."""
+    """Samples a server's RSS, fds, CPU time and /healthz latency every `interval` seconds, and
+    its /metrics every `metrics_every` samples."""
 
     def __init__(
-        self, pid: int | None, url: str | None, interval: float = 0.5, router_pid: int | None = None
+        self,
+        pid: int | None,
+        url: str | None,
+        interval: float = 0.5,
+        router_pid: int | None = None,
+        metrics_every: int = 4,
     ) -> None:
         super().__init__(daemon=True, name="hotpath-sampler")
         self.pid, self.url, self.interval = pid, url, interval
+        self.metrics_every = metrics_every
         self._router = None
         if router_pid:
             with contextlib.suppress(psutil.Error):
@@ -263,6 +282,11 @@ class Sampler(threading.Thread):
         self.healthz_timeline: list[tuple[float, float, float | None, Any, Any]] = []
         self.healthz_failures = 0
         self._window_start = time.monotonic()
+        #: per-step totals from /metrics at the window's start, and per scrape since:
+        #: (seconds into the window, {step: [count, seconds]} since the start)
+        self.steps_start = scrape_steps(self.url) if self.url else None
+        self.steps_last = self.steps_start
+        self.steps_timeline: list[tuple[float, dict[str, list[float]]]] = []
 
     def _sample_process(self) -> None:
         if self._proc is None:
@@ -298,11 +322,32 @@ class Sampler(threading.Thread):
         else:
             self.healthz_failures += 1
 
+    def _sample_metrics(self) -> None:
+        from impl.harness import steps
+
+        if not self.url or self.steps_start is None:
+            return  # the server exports no metrics (--no-metrics): nothing to follow
+        totals = scrape_steps(self.url)
+        if totals is None:
+            return
+        self.steps_last = totals
+        by_step: dict[str, list[float]] = {}
+        for row in steps.split(self.steps_start, totals):
+            entry = by_step.setdefault(row["step"], [0, 0.0])
+            entry[0] += row["count"]
+            entry[1] = round(entry[1] + row["seconds"], 6)
+        offset = round(time.monotonic() - self._window_start, 3)
+        self.steps_timeline.append((offset, by_step))
+
     def run(self) -> None:
+        beat = 0
         while not self._halt.is_set():
             began = time.monotonic()
             self._sample_process()
             self._sample_healthz()
+            beat += 1
+            if beat % self.metrics_every == 0:
+                self._sample_metrics()
             self._halt.wait(max(0.0, self.interval - (time.monotonic() - began)))
 
     def finish(self) -> dict[str, Any]:
@@ -312,6 +357,7 @@ class Sampler(threading.Thread):
             self.join(15)
         self._sample_process()
         self._sample_healthz()  # every window has at least one, however short the run
+        self._sample_metrics()
         self.cpu_end = self._cpu()
         cpu = router_cpu = None
         if self.cpu_start is not None and self.cpu_end is not None:
@@ -326,6 +372,12 @@ class Sampler(threading.Thread):
             "router_cpu_seconds": router_cpu,
             "healthz_failures": self.healthz_failures,
         }
+
+    def step_split(self) -> list[dict[str, Any]]:
+        """Per step and implementation over the window (empty without metrics)."""
+        from impl.harness import steps
+
+        return steps.split(self.steps_start, self.steps_last)
 
 
 class PySpyMissing(RuntimeError):

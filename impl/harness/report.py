@@ -5,6 +5,7 @@ A *run* is the dict `impl.harness.load` assembles: `label`, `scenario`, `wall_se
 [seconds per completed sample], `result_bytes`, `tokens`, `server` {peak_rss_bytes, peak_fds,
 cpu_seconds}, `healthz_latencies` [seconds], `healthz_timeline` [(offset s, latency s, connect s,
 the server's recent event-loop lag and GC pause, ms)], `healthz` (the server's last /healthz JSON),
+`steps` [per step and implementation over the window, from /metrics: count, seconds, mean_ms],
 `router` (the router's /stats JSON), `examples` {class: first error message}. Nothing here does
 I/O, so the tests can feed it numbers.
 """
@@ -15,6 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from impl.harness import steps
 from impl.measure import render_table
 
 
@@ -63,6 +65,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "router_peak_in_flight": router.get("peak_in_flight"),
         "router_injected": router.get("injected"),
         "picks": picks(run.get("healthz")),
+        "steps": run.get("steps") or [],
     }
 
 
@@ -144,7 +147,8 @@ def render_run(summary: dict[str, Any]) -> str:
         for label, key, fmt, _ in _ROWS
     ]
     table = render_table([summary["label"] or "run", "value"], rows)
-    return "\n".join([table, *_extras(summary)])
+    split = steps.table([(summary["label"] or "run", summary.get("steps") or [])])
+    return "\n".join([table, *_extras(summary), split])
 
 
 def ratio(before: float | None, after: float | None, higher_is_better: bool) -> float | None:
@@ -178,6 +182,7 @@ def render_compare(before: dict[str, Any], after: dict[str, Any]) -> str:
         extras = _extras(summary)
         if extras:
             lines.append(f"[{summary['label']}] " + "; ".join(extras))
+    lines.append(steps.table([(s["label"], s.get("steps") or []) for s in (before, after)]))
     return "\n".join(lines)
 
 
@@ -207,6 +212,8 @@ def report_json(
                 "healthz": run.get("healthz"),
                 # per probe: [s into the run, latency s, connect s, server loop lag ms, GC pause ms]
                 "healthz_timeline": run.get("healthz_timeline", []),
+                # per /metrics scrape: [s into the run, {step: [count, seconds] since start}]
+                "steps_timeline": run.get("steps_timeline", []),
                 "router": run.get("router"),
                 "commands": run.get("commands"),
             }
