@@ -93,7 +93,7 @@ def table(runs: list[tuple[str, list[dict[str, Any]]]]) -> str:
             row.append(f"{_ms(mean[step])} ({name[step]})" if step in mean else "-")
         if len(runs) == 2:
             a, b = means[0].get(step), means[1].get(step)
-            row.append(f"{a / b:.1f}x" if a and b else "")
+            row.append(_ratio(a / b) if a and b else "")
         body.append(row)
     header = ["step (mean per run)", *(label for label, _ in runs)]
     if len(runs) == 2:
@@ -106,6 +106,10 @@ def _implementations(rows: list[dict[str, Any]]) -> dict[str, str]:
     for row in rows:
         out.setdefault(row["step"], []).append(row["implementation"])
     return {step: "/".join(names) for step, names in out.items()}
+
+
+def _ratio(value: float) -> str:
+    return f"{value:,.0f}x" if value >= 100 else f"{value:.1f}x"
 
 
 def _ms(value: float) -> str:
