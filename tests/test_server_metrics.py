@@ -71,8 +71,8 @@ def test_figures_move_under_a_small_load(server, api):
     before = scrape(server.url)
     snapshots, done = [], threading.Event()
 
-    def scraper() -> None:
-        while not done.is_set():
+    def scraper() -> None:  # at least two scrapes, the first as the load starts
+        while not done.is_set() or len(snapshots) < 2:
             snapshots.append(scrape(server.url))
             time.sleep(0.02)
 

@@ -5,8 +5,9 @@ client processes, each bound to its own 127.0.0.x source address, that submit `-
 samples with at most `--concurrency` asample dispatches and `--max-outstanding` samples in
 flight, poll them with 45 s timeouts, retry as the SDK retries and check every result (see
 `impl.harness.client`). While it runs: a progress bar on stderr, and a sampler of the server's
-RSS, open fds, CPU time and /healthz latency. At the end: a table, and with `--report PATH`
-the JSON report. `--compare baseline` runs the same scenario against `hotpath serve --baseline`
+RSS, open fds, CPU time, /healthz latency and /metrics (where each result's time went: upstream
+wait, decode, encode, store, serve). At the end: a table, and with `--report PATH` the JSON
+report. `--compare baseline` runs the same scenario against `hotpath serve --baseline`
 and then the picked configuration, and prints them side by side with ratios. `--profile
 PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
 
