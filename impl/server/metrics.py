@@ -36,13 +36,13 @@ not chosen because behind one shared port a scrape reaches one process at random
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import importlib.metadata
 import os
 import platform
-import time
+from bisect import bisect_left
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from prometheus_client import (
@@ -117,7 +117,7 @@ class Tally:
         self.total = 0.0
 
     def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1  # le: seconds <= bound
+        self.counts[bisect_left(self.bounds, seconds)] += 1  # le: seconds <= bound
         self.total += seconds
 
     def flush(self) -> None:
@@ -164,7 +164,7 @@ class Metrics:
             buckets=REQUEST_BUCKETS,
             registry=reg,
         )
-        self._request_tallies: dict[tuple[str, str, int], Callable[[float], None]] = {}
+        self._request_tallies: dict[tuple[str, str, int], Tally] = {}
         self._tallies: list[Tally] = []
         steps = Histogram(
             "hotpath_step_duration_seconds",
@@ -272,7 +272,7 @@ class Metrics:
     async def http(self, scope: Any, receive: Any, send: Any, app: Any) -> None:
         """Pure ASGI middleware: time `app` on this request and count it by route and status."""
         status = 500  # an exception before the response started is a 500 to the client
-        started = time.perf_counter()
+        started = perf_counter()
 
         async def noting_send(message: dict[str, Any]) -> None:
             nonlocal status
@@ -283,20 +283,31 @@ class Metrics:
         try:
             await app(scope, receive, noting_send)
         finally:
-            elapsed = time.perf_counter() - started
-            key = (self._route(scope), scope["method"], status)
+            elapsed = perf_counter() - started
+            route = scope.get("route")  # set by FastAPI's router; hot routes skip it
+            path = scope["path"] if route is None else route.path
+            key = (path, scope["method"], status)
             tally = self._request_tallies.get(key)
             if tally is None:
-                tally = self._request_tallies[key] = self._tally(self.requests.labels(*key))
-            tally(elapsed)
+                tally = self._request_tally(scope, key)
+            tally.counts[bisect_left(tally.bounds, elapsed)] += 1  # Tally.observe, inlined
+            tally.total += elapsed
 
-    def _route(self, scope: Any) -> str:
-        """The route template a request matched (bounded label values), else `unmatched`."""
-        route = scope.get("route")
-        if route is not None:
-            return getattr(route, "path", "unmatched")
-        path = scope.get("path", "")
-        return path if path in self.hot_paths else "unmatched"
+    def _request_tally(self, scope: Any, key: tuple[str, str, int]) -> Tally:
+        """The tally of a (path, method, status) seen for the first time. Paths that are neither
+        a route template nor a hot path share the label `unmatched` (and are not remembered,
+        so a scan of random paths cannot grow the table)."""
+        route, method, status = key
+        if scope.get("route") is None and route not in self.hot_paths:
+            route = "unmatched"
+            key = (route, method, status)
+            tally = self._request_tallies.get(key)
+            if tally is not None:
+                return tally
+        tally = Tally(self.requests.labels(route, method, status))
+        self._tallies.append(tally)
+        self._request_tallies[key] = tally
+        return tally
 
     # -- scrape ----------------------------------------------------------------------------
     def sync(self, state: Any) -> None:
