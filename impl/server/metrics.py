@@ -106,7 +106,9 @@ VERSIONED = (
 
 class Tally:
     """Observations of one histogram child counted in plain Python; `flush` adds them into the
-    child. Only the event-loop thread may call `observe` and `flush` (no lock)."""
+    child. Only the event-loop thread may call `observe` and `flush` (no lock). It reads the
+    child's `_upper_bounds`, `_buckets` and `_sum` (prometheus-client's histogram internals,
+    unchanged since 0.4; tests/test_server_metrics.py fails if they change)."""
 
     __slots__ = ("bounds", "child", "counts", "total")
 
