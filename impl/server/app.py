@@ -76,6 +76,7 @@ def _store(settings: Settings, encoder: Any) -> MemoryStore:
         "dedup_ttl": settings.dedup_ttl,
         "max_outstanding": settings.max_outstanding,
         "max_result_bytes": settings.max_result_bytes,
+        "session_batch_wait": settings.session_batch_wait,
     }
     if settings.baseline:  # the old JSON dump: the reference (stdlib json) derivation
         return BaselineStore(

@@ -61,6 +61,51 @@ class RetrieveFutureRequest(Struct, kw_only=True):
     allow_metadata_only: bool = False
 
 
+class SamplingSessionTarget(Struct, kw_only=True):
+    """Whose completions to report: one sampling session, one clone of its SamplingClient
+    (`cloned_sampler_id` = the clone's `seq_id // 1_000_000_000`; 0 for the original)."""
+
+    type: Literal["sampling_session"] = "sampling_session"
+    sampling_session_id: str
+    cloned_sampler_id: Annotated[int, Meta(ge=0, le=(2**63 - 1) // 1_000_000_000)] = 0
+
+
+class RetrieveFuturesRequest(Struct, kw_only=True):
+    """`/api/v1/retrieve_futures`: one long-poll for a sampling session's completions."""
+
+    target: SamplingSessionTarget
+    #: the `cursor` of the previous answer (0: from the beginning); completions at or before
+    #: it are dropped as seen
+    prev_cursor: Annotated[int, Meta(ge=0, le=2**63 - 1)] = 0
+    #: seconds to hold the poll while nothing completed (absent: the server's poll hold;
+    #: 0: answer at once)
+    timeout: Annotated[float, Meta(ge=0.0)] | None = None
+    #: request ids whose results the client has fully retrieved (their retrieved-TTL starts)
+    retrieved_request_ids: list[str] = []
+
+
+class FutureFinished(Struct, tag_field="state", tag="finished"):
+    request_id: str
+    response_payload_uncompressed_size: int
+
+
+class FutureFailed(Struct, tag_field="state", tag="failed"):
+    request_id: str
+
+
+class RetrieveFuturesResponse(Struct):
+    completions: list[FutureFinished | FutureFailed]
+    #: pass back as `prev_cursor` on the next poll
+    cursor: int
+
+
+class CompleteMetadata(Struct):
+    """retrieve_future's metadata-first answer: fetch again (allow_metadata_only false)."""
+
+    status: Literal["complete_metadata"]
+    response_payload_size: int
+
+
 class TryAgain(Struct):
     type: Literal["try_again"]
 
@@ -92,6 +137,9 @@ HOT_SCHEMAS = (
     AsampleRequest,
     AsampleResponse,
     RetrieveFutureRequest,
+    RetrieveFuturesRequest,
+    RetrieveFuturesResponse,
+    CompleteMetadata,
     TryAgain,
     RequestFailed,
     SampleResponseJSON,
@@ -129,6 +177,7 @@ class ClientConfigRequest(_Model):
 class ClientConfigResponse(_Model):
     sample_max_concurrent_requests: int
     sample_use_retrieve_futures: bool = False
+    sample_join_sampling_session: bool = False
     pjwt_auth_enabled: bool = False
 
 
@@ -159,6 +208,17 @@ class CreateSamplingSessionRequest(_Model):
 class CreateSamplingSessionResponse(_Model):
     type: Literal["create_sampling_session"] = "create_sampling_session"
     sampling_session_id: str
+
+
+class JoinSamplingSessionRequest(_Model):
+    sampling_session_id: str
+    type: Literal["join_sampling_session"] = "join_sampling_session"
+
+
+class JoinSamplingSessionResponse(_Model):
+    type: Literal["join_sampling_session"] = "join_sampling_session"
+    #: unique among the sampling session's clients (the original client is 0)
+    client_counter: int
 
 
 class HeartbeatRequest(_Model):

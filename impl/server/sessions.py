@@ -1,7 +1,9 @@
 """Sessions and sampling sessions: the few ids the SDK creates before it samples (in memory).
 
 A sampling session id is derived from its session and seq id, so the SDK's retried
-create_sampling_session gets the same id back.
+create_sampling_session gets the same id back. `join` hands each further client of a sampling
+session (an unpickled SDK SamplingClient) its own clone number, so clones' seq_ids
+(`clone * 1_000_000_000 + n`) never collide.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class Sessions:
         self.sessions: dict[str, Session] = {}
         #: sampling_session_id -> base model (forwarded as the router's `model`)
         self.sampling: dict[str, str] = {}
+        #: sampling_session_id -> clone numbers handed out so far (the original client is 0)
+        self.clones: dict[str, int] = {}
         self._prefix = os.urandom(4).hex()
         self._count = 0
 
@@ -42,6 +46,14 @@ class Sessions:
         session.sampling.add(sampling_id)
         return sampling_id
 
+    def join(self, sampling_session_id: str) -> int | None:
+        """A new clone number of the sampling session (1, 2, ...), or None when unknown."""
+        if sampling_session_id not in self.sampling:
+            return None
+        clone = self.clones.get(sampling_session_id, 0) + 1
+        self.clones[sampling_session_id] = clone
+        return clone
+
     def base_model(self, sampling_session_id: str) -> str | None:
         return self.sampling.get(sampling_session_id)
 
@@ -58,6 +70,7 @@ class Sessions:
             return False
         for sampling_id in session.sampling:
             self.sampling.pop(sampling_id, None)
+            self.clones.pop(sampling_id, None)
         return True
 
     def stats(self) -> dict[str, int]:

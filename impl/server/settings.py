@@ -31,7 +31,8 @@ class Settings:
         False,
         "run the configuration servers ran before the fixes (httpx pool, rich access log, "
         "reference decode, validated encode, JSON converted to proto on every poll under one "
-        "lock, retrieved-TTL clock started when the response is built), for before/after runs",
+        "lock, retrieved-TTL clock started when the response is built, per-request polling), for "
+        "before/after runs",
     )
     decode: str | None = _opt(
         None, "decode implementation (see /healthz for the pick and why)", flag_type=str
@@ -55,6 +56,29 @@ class Settings:
     poll_hold: float = _opt(
         30.0, "seconds retrieve_future holds a pending poll before answering try_again (< 45)"
     )
+    # -- the Tinker SDK 0.38 session protocol ------------------------------------------------
+    session_poll: bool = _opt(
+        True,
+        "advertise the session protocol in client/config (sample_use_retrieve_futures and "
+        "sample_join_sampling_session): the SDK then waits on one retrieve_futures long-poll per "
+        "sampling session and fetches each result once, instead of holding one retrieve_future "
+        "poll (and one connection) per sample; --no-session-poll advertises per-request polling "
+        "(the endpoints still answer)",
+    )
+    session_batch_wait: float = _opt(
+        0.25,
+        "while a sampling session has samples pending, its held retrieve_futures poll collects "
+        "completions for up to this many seconds after its previous answer (one poll per batch, "
+        "not per sample); a session with nothing else pending is answered at once",
+    )
+    metadata_first_bytes: int = _opt(
+        1 << 20,
+        "a result of at least this many bytes is first announced with "
+        '{"status": "complete_metadata", "response_payload_size": N} when the poll sets '
+        "allow_metadata_only (the SDK then reserves its in-flight-bytes budget and fetches it); "
+        "0: announce every result",
+    )
+    # ----------------------------------------------------------------------------------------
     completed_ttl: float = _opt(600.0, "seconds a completed result is kept while undelivered")
     retrieved_ttl: float = _opt(
         60.0, "seconds a result is kept after its response really reached the client"
@@ -103,7 +127,15 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("poll_hold", "retry_after", "shutdown_timeout", "port"):
+        nonnegative = (
+            "poll_hold",
+            "retry_after",
+            "shutdown_timeout",
+            "port",
+            "session_batch_wait",
+            "metadata_first_bytes",
+        )
+        for name in nonnegative:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         self.gc_thresholds()  # raises ValueError on a malformed value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,6 +114,9 @@ class State:
     #: impl.server.metrics.Metrics, or None with --no-metrics
     metrics: Any = None
     started: float = field(default_factory=time.monotonic)
+    #: poll answers by kind: retrieve_future payload / try_again / metadata / failed /
+    #: not_found, retrieve_futures polls and completions reported (shown on /healthz)
+    polls: Counter[str] = field(default_factory=Counter)
     #: Hot-route copies of settings, in the form the raw handlers write them.
     poll_hold: float = 0.0
     retry_after: bytes = b"1"

@@ -15,6 +15,8 @@ Once a delivered record is evicted, its key still answers with the same request_
 `dedup_ttl` seconds (its poll then gets 404, like any evicted future): an attempt the client gave
 up on and the server reaches late (minutes behind, under overload) must not generate the sample
 a second time. A key whose result expired undelivered is forgotten, so a re-submit generates.
+Every finished or failed sample is also appended to its sampling session's completion log
+(`impl.server.completions`), which `retrieve_futures` reads with a cursor and acknowledges.
 Legacy JSON for non-protobuf clients is derived from the stored proto bytes on first use,
 cached, and computed once even when several polls miss together (one asyncio Future per record);
 large payloads are converted in a worker thread so the event loop keeps serving.
@@ -26,12 +28,16 @@ import asyncio
 import itertools
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
+
+from impl.server.completions import Entry, SessionLogs, Target, target_of
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
 #: Payloads above this many bytes are converted to JSON in a worker thread.
 THREAD_JSON_BYTES = 1 << 20
+#: Most completions one retrieve_futures answer carries (the rest go with the next poll).
+SESSION_ANSWER_LIMIT = 8192
 
 Key = tuple[str, int]
 
@@ -99,6 +105,28 @@ class FutureStore(Protocol):
     async def delivered(self, record: Record) -> None:
         """The record's result reached a client: start the retrieved-TTL clock."""
 
+    async def session_completions(
+        self, target: Target, cursor: int, hold: float, *, limit: int = SESSION_ANSWER_LIMIT
+    ) -> tuple[list[Entry], int] | None:
+        """retrieve_futures: the completions of `target` after `cursor`, and the new cursor.
+
+        First drops every completion at or before `cursor` (the client has seen them). While
+        none is left, waits up to `hold` seconds for one (0: answers at once). Once there are
+        some, answers at once when none of the target's samples is still pending, when `limit`
+        are waiting, or when `session_batch_wait` seconds have passed since the target's
+        previous answer; otherwise it keeps collecting until then (never past `hold`), so a
+        busy session gets one answer per batch wait, not one per completion. The new cursor is
+        the last position answered, or `cursor` itself when nothing is answered. None when
+        `cursor` is neither 0 nor a position this store handed out for `target` (a cursor from
+        a server that has since restarted, or from another session).
+        """
+
+    async def acknowledge(self, target: Target, request_ids: Iterable[str]) -> int:
+        """retrieve_futures' `retrieved_request_ids`: each completed record of `target` not yet
+        delivered counts as delivered now (its retrieved-TTL clock starts). Ids that are
+        unknown, evicted, still pending, of another target, or already delivered are ignored
+        (the SDK re-sends acks after a failed poll). Returns how many clocks started."""
+
     def pressure(self) -> str | None:
         """Why asample must be refused now (429), or None."""
 
@@ -126,6 +154,7 @@ class MemoryStore:
         max_result_bytes: int,
         to_json: Callable[[bytes], bytes],
         dedup_ttl: float = 600.0,
+        session_batch_wait: float = 0.25,
     ) -> None:
         self.completed_ttl = completed_ttl
         self.dedup_ttl = dedup_ttl
@@ -133,6 +162,7 @@ class MemoryStore:
         self.max_outstanding = max_outstanding
         self.max_result_bytes = max_result_bytes
         self.to_json = to_json
+        self.session_logs = SessionLogs(session_batch_wait)
         self.records: dict[str, Record] = {}
         self.keys: dict[Key, Record] = {}
         self.expiries: deque[tuple[float, Record]] = deque()  # completed_ttl deadlines
@@ -151,6 +181,7 @@ class MemoryStore:
                 "delivered",
                 "evicted",
                 "json_derived",
+                "acknowledged",
             ),
             0,
         )
@@ -167,6 +198,7 @@ class MemoryStore:
     def wake_all(self) -> None:
         for record in self.records.values():
             _wake(record)
+        self.session_logs.release()
 
     def close(self) -> None:
         if self._sweeper is not None:
@@ -202,6 +234,7 @@ class MemoryStore:
         self.records[record.request_id] = record
         if key is not None:
             self.keys[key] = record
+            self.session_logs.submitted(key)
         self.pending += 1
         self.counts["submitted"] += 1
         return record
@@ -265,6 +298,29 @@ class MemoryStore:
         record.deadline = self._now() + self.retrieved_ttl
         self.retrievals.append((record.deadline, record))
 
+    async def session_completions(
+        self, target: Target, cursor: int, hold: float, *, limit: int = SESSION_ANSWER_LIMIT
+    ) -> tuple[list[Entry], int] | None:
+        return await self.session_logs.answer(target, cursor, hold, limit)
+
+    async def acknowledge(self, target: Target, request_ids: Iterable[str]) -> int:
+        started = 0
+        for request_id in request_ids:
+            record = self.records.get(request_id)
+            if (
+                record is None
+                or record.state == PENDING
+                or record.delivered
+                or record.key is None
+                or target_of(*record.key) != target
+                or self._expired(record)
+            ):
+                continue
+            await self.delivered(record)
+            started += 1
+        self.counts["acknowledged"] += started
+        return started
+
     def pressure(self) -> str | None:
         if self.pending >= self.max_outstanding:
             return f"{self.pending} samples pending (limit {self.max_outstanding})"
@@ -278,6 +334,7 @@ class MemoryStore:
             "pending": self.pending,
             "failed_held": self.failed_held,
             "stored_bytes": self.stored_bytes,
+            **self.session_logs.stats(),
             **self.counts,
         }
 
@@ -296,6 +353,9 @@ class MemoryStore:
             self.stored_bytes += record.size
             record.deadline = self._now() + self.completed_ttl
             self.expiries.append((record.deadline, record))
+        if record.key is not None:
+            size = len(payload) if payload is not None else 0
+            self.session_logs.finished(record.key, record.request_id, state == DONE, size)
         _wake(record)
 
     def _expired(self, record: Record) -> bool:
@@ -336,6 +396,7 @@ class MemoryStore:
             _, record = self.tombstones.popleft()
             if self.keys.get(record.key) is record:
                 del self.keys[record.key]
+        self.session_logs.forget(lambda request_id: request_id not in self.records)
         return evicted
 
 

@@ -19,9 +19,15 @@ router = APIRouter(prefix="/api/v1", tags=["client"], responses=AUTH_RESPONSES)
 async def client_config(
     _: ClientConfigRequest, __: ApiKey, state: ServerState
 ) -> ClientConfigResponse:
-    """Feature flags; `sample_max_concurrent_requests` caps each client's in-flight samples."""
+    """Feature flags: `sample_max_concurrent_requests` caps each client's in-flight samples
+    (per-request polling); `sample_use_retrieve_futures` and `sample_join_sampling_session`
+    switch the SDK to the session protocol (`--session-poll`; never with `--baseline`)."""
+    settings = state.settings
+    session = settings.session_poll and not settings.baseline
     return ClientConfigResponse(
-        sample_max_concurrent_requests=state.settings.sample_max_concurrent_requests
+        sample_max_concurrent_requests=settings.sample_max_concurrent_requests,
+        sample_use_retrieve_futures=session,
+        sample_join_sampling_session=session,
     )
 
 

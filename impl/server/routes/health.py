@@ -22,6 +22,7 @@ async def healthz(state: ServerState) -> dict[str, Any]:
         "picks": state.picks.as_json(),
         "store": state.store.stats(),
         "sessions": state.sessions.stats(),
+        "polls": dict(state.polls),
         "forwards_in_flight": len(state.forwarder.tasks),
         "forward_attempts": state.forwarder.attempts,
         "event_loop_lag_ms": state.lag.snapshot(),

@@ -5,7 +5,9 @@ and leaves the forward to a background task; a repeated `(sampling_session_id, s
 same future. retrieve_future holds a pending poll up to `--poll-hold` seconds, then answers
 try_again; a result goes out as the stored protobuf bytes (`Accept: application/x-protobuf`) or
 as its lazily derived JSON, and only a response handed to a still-connected client starts the
-retrieved-TTL clock.
+retrieved-TTL clock. A poll that sets `allow_metadata_only` first gets
+`{"status": "complete_metadata", "response_payload_size"}` for a result of at least
+`--metadata-first-bytes`, so the SDK can reserve its in-flight-bytes budget before the fetch.
 """
 
 from __future__ import annotations
@@ -125,9 +127,10 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
     if request is None:
         return None
     state = scope["state"]["server"]
-    store = state.store
+    store, polls = state.store, state.polls
     record = await store.get(request.request_id)
     if record is None:
+        polls["retrieve_future_not_found"] += 1
         message = (
             f"unknown request_id {request.request_id!r}: never submitted here, or evicted "
             "after its retention time"
@@ -136,17 +139,25 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
     if record.state == PENDING:
         await store.wait(record, state.poll_hold)
         if record.state == PENDING:
+            polls["retrieve_future_try_again"] += 1
             return await respond(send, 200, TRY_AGAIN)
     started = time.perf_counter()  # the serve step: the finished record to the last byte
     if record.state == FAILED:
+        polls["retrieve_future_failed"] += 1
         body = orjson.dumps({"error": record.error, "category": "server"})
         content_type = JSON
-    elif PROTOBUF in header(scope, b"accept"):
-        body = await store.proto(record)
-        content_type = PROTOBUF
     else:
-        body = await store.json(record)
-        content_type = JSON
+        if PROTOBUF in header(scope, b"accept"):
+            body = await store.proto(record)
+            content_type = PROTOBUF
+        else:
+            body = await store.json(record)
+            content_type = JSON
+        if request.allow_metadata_only and len(body) >= state.settings.metadata_first_bytes:
+            polls["retrieve_future_metadata"] += 1
+            metadata = b'{"status":"complete_metadata","response_payload_size":%d}' % len(body)
+            return await respond(send, 200, metadata)
+        polls["retrieve_future_payload"] += 1
     if store.clock_starts_on_build:  # the baseline's semantics: counted before it is sent
         await store.delivered(record)
         await respond(send, 200, body, content_type)
@@ -212,7 +223,8 @@ RETRIEVE_DOC = _operation(
     schemas.RetrieveFutureRequest,
     {
         200: {
-            "description": "the result (protobuf or JSON), a failure, or try_again",
+            "description": "the result (protobuf or JSON), a failure, try_again, or (with "
+            "allow_metadata_only) the result's size first",
             "content": {
                 "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
                 "application/json": {
@@ -221,6 +233,7 @@ RETRIEVE_DOC = _operation(
                             schemas.ref(schemas.SampleResponseJSON),
                             schemas.ref(schemas.TryAgain),
                             schemas.ref(schemas.RequestFailed),
+                            schemas.ref(schemas.CompleteMetadata),
                         ]
                     }
                 },

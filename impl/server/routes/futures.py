@@ -1,0 +1,109 @@
+"""`POST /api/v1/retrieve_futures`: the Tinker SDK 0.38 session poll (pure ASGI, see `_raw.py`).
+
+With `sample_use_retrieve_futures` in client/config, the SDK runs one background poller per
+sampling session (and clone) instead of one held `retrieve_future` per sample: it long-polls
+here with the cursor of the previous answer and the ids it has fully retrieved, each sample
+waits for its completion to be reported, then fetches its payload once with `retrieve_future`.
+So the held polls cost one connection per session, not one per sample.
+
+Semantics (the store keeps the log, `impl.server.completions`): completions at or before
+`prev_cursor` are dropped as seen; the answer carries those after it (`finished` with the
+payload's size, or `failed`) and the new `cursor`; with none, the poll is held up to `timeout`
+(absent: `--poll-hold`; 0: answer at once, the SDK's ack-only poll). `retrieved_request_ids`
+start those results' retrieved-TTL clock. Errors: 404 for an unknown sampling session and 410
+for a cursor this server never handed out (it restarted, losing the session's results): both
+end the SDK's poller, so its waiting samples fail instead of waiting forever; 400/413/422 for
+a bad body, 401 without an API key.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import orjson
+
+from impl.server import schemas
+from impl.server.routes._raw import (
+    API_KEY_MESSAGE,
+    RawRoute,
+    Receive,
+    Scope,
+    Send,
+    has_api_key,
+    respond,
+)
+from impl.server.routes.sampling import _decode, _detail, _json_response, _operation
+
+_RETRIEVE_FUTURES = msgspec.json.Decoder(schemas.RetrieveFuturesRequest)
+
+
+async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
+    """Long-poll a sampling session's completions after `prev_cursor`: answers
+    `{"completions": [...], "cursor"}` as soon as some are there (batched while the session
+    has more pending), or an empty list after the hold. `retrieved_request_ids` acknowledge
+    fetched results. 404: unknown sampling session; 410: unknown cursor."""
+    if not has_api_key(scope):
+        return await respond(send, 401, API_KEY_MESSAGE)
+    request = await _decode(_RETRIEVE_FUTURES, receive, send)
+    if request is None:
+        return None
+    state = scope["state"]["server"]
+    target = request.target
+    session_id = target.sampling_session_id
+    if state.sessions.base_model(session_id) is None:
+        message = f"unknown sampling_session_id {session_id!r}: create it first"
+        return await respond(send, 404, _detail(message))
+    key = (session_id, target.cloned_sampler_id)
+    store = state.store
+    if request.retrieved_request_ids:
+        await store.acknowledge(key, request.retrieved_request_ids)
+    hold = state.poll_hold if request.timeout is None else min(request.timeout, state.poll_hold)
+    answer = await store.session_completions(key, request.prev_cursor, hold)
+    state.polls["retrieve_futures"] += 1
+    if answer is None:
+        message = (
+            f"unknown cursor {request.prev_cursor} for sampling session {session_id!r} "
+            f"(clone {target.cloned_sampler_id}): not handed out by this server (it restarted "
+            "and its results are gone); start a new sampling session"
+        )
+        return await respond(send, 410, _detail(message))
+    entries, cursor = answer
+    state.polls["retrieve_futures_completions"] += len(entries)
+    completions = [
+        {
+            "state": "finished",
+            "request_id": e.request_id,
+            "response_payload_uncompressed_size": e.size,
+        }
+        if e.state == "finished"
+        else {"state": "failed", "request_id": e.request_id}
+        for e in entries
+    ]
+    body = orjson.dumps({"completions": completions, "cursor": cursor})
+    return await respond(send, 200, body)
+
+
+RETRIEVE_FUTURES_DOC = _operation(
+    schemas.RetrieveFuturesRequest,
+    {
+        200: _json_response(
+            "the completions after prev_cursor (possibly none) and the new cursor",
+            schemas.ref(schemas.RetrieveFuturesResponse),
+        ),
+        404: _json_response("unknown sampling session", schemas.ref(schemas.ErrorDetail)),
+        410: _json_response(
+            "a cursor this server never handed out", schemas.ref(schemas.ErrorDetail)
+        ),
+    },
+)
+
+
+def routes() -> list[RawRoute]:
+    return [
+        RawRoute(
+            "/api/v1/retrieve_futures",
+            retrieve_futures,
+            methods=["POST"],
+            tags=["sampling"],
+            openapi_extra=RETRIEVE_FUTURES_DOC,
+        )
+    ]
