@@ -38,9 +38,11 @@ def _sample(ssid: str, **overrides):
     [
         "/api/v1/asample",
         "/api/v1/retrieve_future",
+        "/api/v1/retrieve_futures",
         "/api/v1/create_session",
         "/api/v1/client/config",
         "/api/v1/session_heartbeat",
+        "/api/v1/join_sampling_session",
     ],
 )
 @pytest.mark.parametrize("key", [None, "sk-not-tinker", ""])
@@ -131,6 +133,8 @@ def test_server_unaffected_after_bad_requests(api):
 SCHEMA_PATHS = [
     "/api/v1/asample",
     "/api/v1/retrieve_future",
+    "/api/v1/retrieve_futures",
+    "/api/v1/join_sampling_session",
     "/api/v1/create_session",
     "/api/v1/create_sampling_session",
     "/api/v1/session_heartbeat",

@@ -1,5 +1,7 @@
 """The unmodified Tinker SDK (0.38) samples through `hotpath serve` and gets exactly what the
-upstream sent: tokens, float32 logprobs, prompt logprobs and top-k prompt logprobs.
+upstream sent: tokens, float32 logprobs, prompt logprobs and top-k prompt logprobs — with the
+session protocol (the default: one retrieve_futures poller per sampling session), with
+per-request polling (`--no-session-poll`) and on `--baseline`.
 
 Real processes: the stand-in vLLM upstream (tests/_fake_vllm.py) and the server, each on a
 loopback port; the SDK talks HTTP to the server in this process.
@@ -10,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 
 import numpy as np
 import pytest
-from _server import API_KEY, start_server, start_upstream
+from _server import API_KEY, Api, start_server, start_upstream
 
 from impl.harness import bodies
 
@@ -33,10 +36,14 @@ CASES = [  # (n, prompt_logprobs, topk_prompt_logprobs)
 ]
 
 
-@pytest.fixture(scope="module", params=["fast", "baseline"])
+STACK_ARGS = {"session": (), "request": ("--no-session-poll",), "baseline": ("--baseline",)}
+
+
+@pytest.fixture(scope="module", params=list(STACK_ARGS))
 def stack(request):
-    """(upstream, server) processes; the server in its picked or its --baseline configuration."""
-    args = ("--baseline",) if request.param == "baseline" else ()
+    """(upstream, server) processes; the server in its picked configuration with session
+    polling (the default) or per-request polling, or in its --baseline configuration."""
+    args = STACK_ARGS[request.param]
     with start_upstream() as upstream, start_server(upstream.url, *args) as server:
         yield upstream, server
 
@@ -178,3 +185,72 @@ def test_gc_is_tuned_in_the_picked_server_only(stack):
     else:
         assert gc_state["threshold"] == [50000, 20, 20] and gc_state["frozen_objects"] > 10000
     assert len(gc_state["collections"]) == 3 and gc_state["max_recent_ms"] >= 0
+
+
+def _polls(server) -> dict[str, int]:
+    return server.get("/healthz")["polls"]
+
+
+def _session_protocol(server) -> bool:
+    """What client/config tells the SDK: session protocol on or off."""
+    api = Api(server.url)
+    try:
+        return api.post("/api/v1/client/config", {"sdk_version": "0.38.0"}).json()[
+            "sample_use_retrieve_futures"
+        ]
+    finally:
+        api.close()
+
+
+def test_which_polls_the_sdk_makes(stack, sampler):
+    """With the session protocol the server serves retrieve_futures and each retrieve_future
+    is a payload fetch (no try_again, no metadata round, one per sample); without it the SDK
+    polls retrieve_future per sample and never calls retrieve_futures."""
+    _, server = stack
+    session = _session_protocol(server)
+    before = _polls(server)
+
+    async def sample_all():
+        return await asyncio.gather(
+            *(
+                sampler.sample(
+                    prompt=types.ModelInput.from_ints([128000, 5, i]),
+                    sampling_params=types.SamplingParams(max_tokens=6, seed=3000 + i),
+                    num_samples=1,
+                )
+                for i in range(16)
+            )
+        )
+
+    responses = asyncio.run(asyncio.wait_for(sample_all(), 60))
+    assert [len(r.sequences[0].tokens) for r in responses] == [6] * 16
+    after = _polls(server)
+    diff = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    fetches = sum(v for k, v in diff.items() if k.startswith("retrieve_future_"))
+    if session:
+        assert diff.get("retrieve_futures", 0) >= 1
+        assert diff.get("retrieve_futures_completions", 0) == 16
+        assert diff.get("retrieve_future_payload", 0) == 16 and fetches == 16
+    else:
+        assert diff.get("retrieve_futures", 0) == 0
+        assert diff.get("retrieve_future_payload", 0) == 16 and fetches >= 16
+
+
+def test_unpickled_client_joins_the_sampling_session(stack, sampler):
+    """An unpickled SamplingClient asks join_sampling_session for its clone id (session
+    protocol) and samples under it; its results are exact either way."""
+    upstream, server = stack
+    clones_before = server.get("/healthz")["sessions"]["clones"]
+    clone = pickle.loads(pickle.dumps(sampler))
+    prompt = [128000, 9, 9, 9]
+    response = clone.sample(
+        prompt=types.ModelInput.from_ints(prompt),
+        sampling_params=types.SamplingParams(max_tokens=5, seed=4242),
+        num_samples=1,
+    ).result(timeout=60)
+    _check(
+        response, upstream, seed=4242, prompt=prompt, n=1, max_tokens=5,
+        prompt_logprobs=False, topk=0,
+    )  # fmt: skip
+    joined = server.get("/healthz")["sessions"]["clones"] - clones_before
+    assert joined == (1 if _session_protocol(server) else 0)

@@ -74,4 +74,8 @@ class Sessions:
         return True
 
     def stats(self) -> dict[str, int]:
-        return {"sessions": len(self.sessions), "sampling_sessions": len(self.sampling)}
+        return {
+            "sessions": len(self.sessions),
+            "sampling_sessions": len(self.sampling),
+            "clones": sum(self.clones.values()),
+        }
