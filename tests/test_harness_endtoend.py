@@ -83,14 +83,46 @@ def test_compare_baseline_prints_both_and_writes_the_report(tmp_path, capsys):
         assert run["steps_timeline"], "at least the final scrape is on the timeline"
 
 
-def test_real_sdk_client_gets_every_token():
-    """`--client sdk`: the unmodified Tinker SDK samples through the server; exact tokens."""
+@pytest.mark.parametrize("poll", ["session", "request"])
+def test_real_sdk_client_gets_every_token(poll):
+    """`--client sdk`: the unmodified Tinker SDK samples through the server; exact tokens.
+    `--poll` sets the server's flag, and the server's poll counts show which protocol ran."""
     pytest.importorskip("tinker")
     scenario = presets.Scenario(num_requests=12, max_tokens=20, num_samples=2, client_workers=1,
-                                timeout=120.0)  # fmt: skip
+                                timeout=120.0, poll=poll)  # fmt: skip
     run = load.run_scenario(scenario, label="sdk", client="sdk", verify="exact", progress_bar=False)
     assert run["completed"] == 12, run["examples"]
     assert run["failed"] == {}
+    assert run["poll"] == poll
+    served = run["server_polls"]
+    if poll == "session":
+        assert served["retrieve_futures"] >= 1 and served["retrieve_future_payload"] == 12
+        assert served.get("retrieve_future_try_again", 0) == 0
+    else:
+        assert served.get("retrieve_futures", 0) == 0 and served["retrieve_future_payload"] == 12
+
+
+def test_compare_poll_counts_requests_per_result(tmp_path, capsys):
+    """`--compare poll`: per-request polling, then session polling, same scenario; each side's
+    HTTP requests counted by path. Session: one fetch per result and fewer session polls than
+    results; request: no retrieve_futures at all."""
+    path = tmp_path / "r.json"
+    code = load.run(_args([
+        "--num-requests", "96", "--workers", "2", "--compare", "poll", "--no-progress",
+        "--router-mode", "latency", "--gen-seconds", "0.3", "--max-num-seqs", "16",
+        "--verify", "exact", "--warmup", "0", "--report", str(path),
+    ]))  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "poll requests/result" in out and "session-poll" in out
+    request, session = (r["summary"] for r in json.loads(path.read_text())["runs"])
+    assert request["label"] == "request-poll" and session["label"] == "session-poll"
+    assert request["completed"] == session["completed"] == 96
+    assert "/api/v1/retrieve_futures" not in request["requests"]
+    assert request["requests"]["/api/v1/retrieve_future"] >= 96
+    assert session["requests"]["/api/v1/retrieve_future"] == 96
+    assert 1 <= session["requests"]["/api/v1/retrieve_futures"] < 96
+    assert session["server_polls"].get("retrieve_future_try_again", 0) == 0
 
 
 def test_profile_writes_speedscope_and_svg(tmp_path):

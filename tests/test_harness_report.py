@@ -105,9 +105,42 @@ def test_presets_are_bounded_and_fit_the_fd_limit():
     for name, (scenario, description) in presets.PRESETS.items():
         assert description
         assert 0 < scenario.num_requests <= 131072 and scenario.timeout <= 3600, name
-        # client + server each hold one connection per outstanding sample
-        assert scenario.max_outstanding <= 16000, name
+        # polled per request, client + server each hold one connection per outstanding sample;
+        # with session polling a waiting sample holds none
+        if scenario.poll != "session":
+            assert scenario.max_outstanding <= 16000, name
+        assert scenario.poll in ("auto", "session", "request"), name
         assert "--mode" in scenario.router_args()
     with pytest.raises(LookupError, match="small-2048"):
         presets.get("nope")
     assert presets.get("small-2048").with_overrides(num_requests=5, timeout=None).num_requests == 5
+
+
+def test_requests_and_polls_per_result():
+    """Client-side HTTP requests and server-side poll answers are reported per result."""
+    run = {
+        "completed": 100,
+        "wall_seconds": 1.0,
+        "poll": "session",
+        "requests": {
+            "/api/v1/asample": 100,
+            "/api/v1/retrieve_future": 100,
+            "/api/v1/retrieve_futures": 4,
+        },
+        "server_polls": {
+            "retrieve_future_payload": 100,
+            "retrieve_futures": 5,
+            "retrieve_futures_completions": 100,
+        },
+        "server": {"cpu_seconds": 0.05},
+    }
+    summary = report.summarize(run)
+    assert summary["http_requests_per_result"] == pytest.approx(2.04)
+    assert summary["poll_requests_per_result"] == pytest.approx(1.04)
+    assert summary["server_polls_per_result"] == pytest.approx(1.05)
+    assert summary["server_cpu_ms_per_result"] == pytest.approx(0.5)
+    text = report.render_run(summary)
+    assert "poll requests/result" in text and "1.040" in text
+    assert "retrieve_futures=4" in text
+    empty = report.summarize({"completed": 0})
+    assert empty["poll_requests_per_result"] is None and empty["server_polls_per_result"] is None

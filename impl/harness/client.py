@@ -6,7 +6,14 @@ concurrent dispatches, then `retrieve_future` polls with `Accept: application/x-
 45 s client timeout, re-polling at once on try_again/408. Retries follow the SDK 0.38: asample
 on 408/409/5xx/connection errors with backoff and the SAME seq_id, 429 with backoff (not counted
 against the tries, bounded by the run's deadline); polls on 5xx/429/connection errors/timeouts
-with backoff; 404 is fatal (the server lost the result); 410 resubmits. Every result is parsed
+with backoff; 404 is fatal (the server lost the result); 410 resubmits. Polls set
+`allow_metadata_only` like the SDK and fetch again after a `complete_metadata` answer.
+
+`poll` picks how a sample waits: `request` holds a `retrieve_future` poll (one connection) per
+sample; `session` runs one `retrieve_futures` poller per worker (`impl.harness.sessionpoll`),
+each sample waits for its completion to be reported, then fetches its payload once; `auto`
+does what the SDK does: session when client/config says `sample_use_retrieve_futures`. Every
+HTTP request is counted by path (`requests` in the result). Every result is parsed
 from the SampleResponse wire bytes and checked: one sequence per sample, `max_tokens` tokens
 (choice 0; others may stop early on EOS), logprobs as long as tokens, and with `verify="exact"`
 the very tokens `impl.harness.bodies.generate` makes for the (prompt, seed).
@@ -28,6 +35,7 @@ import aiohttp
 import numpy as np
 
 from impl.encode._common import read_fields
+from impl.harness.sessionpoll import PollerFailed, SessionPoller
 
 try:
     import orjson
@@ -66,6 +74,8 @@ class ClientConfig:
     verify: str = "count"  # "count" | "exact"
     #: unmeasured samples per distinct prompt before the run (0: no warm-up)
     warmup: int = 1
+    #: "auto" (what client/config says, as the SDK), "session" or "request"
+    poll: str = "auto"
     api_key: str = "tml-hotpath-loadtest"
     base_model: str = "hotpath-fake"
 
@@ -120,6 +130,8 @@ class Worker:
         self.completed = 0
         self.failed: Counter[str] = Counter()
         self.retries: Counter[str] = Counter()
+        self.requests: Counter[str] = Counter()  # HTTP requests sent, by path
+        self.poller: SessionPoller | None = None
         self.examples: dict[str, str] = {}
         self.latencies: list[float] = []
         self.result_bytes = 0
@@ -136,6 +148,7 @@ class Worker:
     async def _post(
         self, path: str, payload: Any, *, timeout: float = 60.0, accept: str = ""
     ) -> tuple[int, str, bytes]:
+        self.requests[path] += 1
         headers = self._headers[accept]
         limits = self._timeouts.get(timeout)
         if limits is None:
@@ -208,8 +221,8 @@ class Worker:
                 raise Failure(kind, f"asample after {attempt} tries: {last}")
             await self._backoff(attempt - 1)
 
-    async def _poll(self, request_id: str) -> bytes:
-        payload = {"request_id": request_id, "allow_metadata_only": False}
+    async def _poll(self, request_id: str, *, metadata_first: bool = True) -> bytes:
+        payload = {"request_id": request_id, "allow_metadata_only": metadata_first}
         errors = bad_requests = 0
         while True:
             try:
@@ -237,6 +250,12 @@ class Worker:
                         self.retries["poll_try_again"] += 1
                         errors = 0
                         continue
+                    if isinstance(reply, dict) and reply.get("status") == "complete_metadata":
+                        if not payload["allow_metadata_only"]:
+                            raise Failure("bad_response", "complete_metadata twice")
+                        self.retries["poll_metadata_first"] += 1
+                        payload = {"request_id": request_id, "allow_metadata_only": False}
+                        continue
                     if isinstance(reply, dict) and "error" in reply:
                         category = reply.get("category", "unknown")
                         raise Failure(f"sample_error_{category}", str(reply["error"])[:300])
@@ -262,6 +281,21 @@ class Worker:
             if errors >= self.config.tries:
                 raise Failure(kind, f"retrieve_future after {errors} tries: {last}")
             await self._backoff(errors - 1)
+
+    async def _wait_and_fetch(self, request_id: str) -> bytes:
+        """The result's bytes: polled per request, or reported by the session poller and then
+        fetched once (without a metadata round when the poller gave the size)."""
+        if self.poller is None:
+            return await self._poll(request_id)
+        try:
+            completion = await self.poller.wait_for(request_id)
+        except PollerFailed as exc:
+            raise Failure("session_poll", str(exc)[:300]) from None
+        sized = bool(completion.get("response_payload_uncompressed_size"))
+        try:
+            return await self._poll(request_id, metadata_first=not sized)
+        finally:
+            self.poller.mark_retrieved(request_id)
 
     def _check(self, index: int, data: bytes) -> None:
         config = self.config
@@ -310,7 +344,7 @@ class Worker:
                 self._seq += 1
                 request_id = await self._submit(index, self._seq)
                 try:
-                    data = await self._poll(request_id)
+                    data = await self._wait_and_fetch(request_id)
                     break
                 except _Resubmit:
                     self.retries["resubmit_410"] += 1
@@ -354,6 +388,7 @@ class Worker:
         self.completed, self.result_bytes, self.tokens = 0, 0, 0
         self.failed.clear()
         self.retries.clear()
+        self.requests.clear()
         self.examples.clear()
         self.latencies.clear()
         if self.progress is not None:
@@ -375,7 +410,7 @@ class Worker:
         async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
             self.session = session
             try:
-                await self._call("/api/v1/client/config", {"sdk_version": "0.38.0"})
+                flags = await self._call("/api/v1/client/config", {"sdk_version": "0.38.0"})
                 session_id = (
                     await self._call(
                         "/api/v1/create_session",
@@ -403,6 +438,16 @@ class Worker:
                 if self.progress is not None:
                     self.progress[1], self.progress[2] = len(indices), 1
                 return self.result(time.monotonic() - started)
+            if config.poll == "session" or (
+                config.poll == "auto" and flags.get("sample_use_retrieve_futures")
+            ):
+                self.poller = SessionPoller(
+                    self._post,
+                    _loads,
+                    self.sampling_session_id,
+                    self.retries,
+                    poll_timeout=config.poll_timeout,
+                )
             await self.warm_up(indices)
             if self.progress is not None:
                 self.progress[2] = 1
@@ -431,6 +476,8 @@ class Worker:
                     self.failed["client_error"] += 1
                     self.examples.setdefault("client_error", repr(task.exception())[:300])
             heartbeat.cancel()
+            if self.poller is not None:
+                await self.poller.close()
             unfinished = len(indices) - self.completed - sum(self.failed.values())
             if unfinished > 0:
                 self.failed["unfinished"] += unfinished
@@ -455,6 +502,8 @@ class Worker:
             "completed": self.completed,
             "failed": dict(self.failed),
             "retries": dict(self.retries),
+            "requests": dict(self.requests),
+            "poll": "request" if self.poller is None else "session",
             "examples": self.examples,
             "latencies": self.latencies,
             "result_bytes": self.result_bytes,

@@ -49,6 +49,14 @@ _SCENARIO_FLAGS = {
     "--gen-seconds": ("gen_seconds", float, "latency mode: seconds per generation"),
     "--max-num-seqs": ("max_num_seqs", int, "latency mode: generations at once"),
     "--fail": ("router_fail", str, "router fault rates, e.g. 500:0.01,html:0.01,reset:0.01"),
+    "--poll": (
+        "poll",
+        str,
+        "how samples wait: session (one retrieve_futures poller per client process, then one "
+        "fetch per result), request (one held retrieve_future poll per sample), auto (what the "
+        "server's client/config says, as the SDK does); with --client sdk it sets the server's "
+        "--session-poll/--no-session-poll",
+    ),
 }
 
 
@@ -63,7 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for flag, (_, kind, help_text) in _SCENARIO_FLAGS.items():
         parser.add_argument(
-            flag, type=kind, default=None, help=f"{help_text} (overrides the preset)"
+            flag,
+            type=kind,
+            default=None,
+            choices=("auto", "session", "request") if flag == "--poll" else None,
+            help=f"{help_text} (overrides the preset)",
         )
     parser.add_argument(
         "--server-arg",
@@ -86,8 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=("baseline",),
-        help="run against the baseline, then the picked configuration; show ratios",
+        choices=("baseline", "poll", "client"),
+        help="two runs side by side with ratios: baseline (`hotpath serve --baseline`, then the "
+        "picked configuration), poll (--poll request, then --poll session), client (the "
+        "SDK-shaped http client, then the real SDK)",
     )
     parser.add_argument(
         "--verify",
@@ -166,6 +180,7 @@ def client_configs(
             source_address=f"127.0.0.{2 + w}",
             warmup=warmup * max(1, scenario.router_workers),
             verify=verify,
+            poll=scenario.poll,
         )
         for w in range(workers)
     ]
@@ -248,6 +263,8 @@ def merge(parts: list[dict[str, Any]], *, total: int, wall: float) -> dict[str, 
     """One run's numbers from its workers' results (a crashed worker's share counts as failed)."""
     failed: Counter[str] = Counter()
     retries: Counter[str] = Counter()
+    requests: Counter[str] = Counter()
+    polls: set[str] = set()
     examples: dict[str, str] = {}
     latencies: list[float] = []
     completed = result_bytes = tokens = 0
@@ -260,6 +277,9 @@ def merge(parts: list[dict[str, Any]], *, total: int, wall: float) -> dict[str, 
         completed += part["completed"]
         failed.update(part["failed"])
         retries.update(part["retries"])
+        requests.update(part.get("requests", {}))
+        if "poll" in part:
+            polls.add(part["poll"])
         latencies.extend(part["latencies"])
         result_bytes += part["result_bytes"]
         tokens += part["tokens"]
@@ -277,6 +297,8 @@ def merge(parts: list[dict[str, Any]], *, total: int, wall: float) -> dict[str, 
         "completed": completed,
         "failed": dict(failed),
         "retries": dict(retries),
+        "requests": dict(requests),
+        "poll": "/".join(sorted(polls)),
         "examples": examples,
         "latencies": latencies,
         "result_bytes": result_bytes,
@@ -313,7 +335,10 @@ def run_scenario(
             router = procs.start_router([*scenario.router_args(), "--seed", str(seed)])
             started.append(router)
             router_url = router.url
-            server = procs.start_server(router.url, baseline=baseline, extra=scenario.server_args)
+            extra = scenario.server_args
+            if client == "sdk" and scenario.poll == "request":  # the SDK follows client/config
+                extra = (*extra, "--no-session-poll")
+            server = procs.start_server(router.url, baseline=baseline, extra=extra)
             started.append(server)
             url, server_pid = server.url, server.pid
             commands = {"router": router.command, "server": server.command}
@@ -332,8 +357,11 @@ def run_scenario(
                 warmup=warmup,
             )
 
+            polls_at_go: dict[str, int] = {}
+
             def on_go() -> None:  # the measured window starts: forget the warm-up's peaks
                 sampler.restart()
+                polls_at_go.update((procs.fetch_json(url + "/healthz") or {}).get("polls") or {})
                 if router_url:
                     procs.fetch_json(router_url + "/stats?reset=1")
 
@@ -344,6 +372,8 @@ def run_scenario(
             run["steps"] = sampler.step_split()
             run["steps_timeline"] = sampler.steps_timeline
             run["healthz"] = procs.fetch_json(url + "/healthz") or sampler.healthz
+            polls_at_end = (run["healthz"] or {}).get("polls") or {}
+            run["server_polls"] = {k: v - polls_at_go.get(k, 0) for k, v in polls_at_end.items()}
             run["router"] = procs.fetch_json(router_url + "/stats") if router_url else None
         finally:
             procs.stop_pyspy(recorders)  # before the server stops: py-spy writes its file
@@ -377,16 +407,25 @@ def run(args: argparse.Namespace) -> int:
             print(f"hotpath loadtest --profile: {exc}", file=sys.stderr)
             return 2
     runs = []
+    label = "baseline" if args.baseline else ("picked" if not args.url else "server")
     if args.compare == "baseline":
         runs.append(run_scenario(scenario, label="baseline", baseline=True, **common))
-    label = "baseline" if args.baseline else ("picked" if not args.url else "server")
+    elif args.compare == "poll":
+        request = scenario.with_overrides(poll="request")
+        runs.append(run_scenario(request, label="request-poll", baseline=args.baseline, **common))
+        scenario, label = scenario.with_overrides(poll="session"), "session-poll"
+    elif args.compare == "client":
+        http = {**common, "client": "http"}
+        runs.append(run_scenario(scenario, label="http-client", baseline=args.baseline, **http))
+        common["client"], label = "sdk", "sdk-client"
     runs.append(
         run_scenario(scenario, label=label, baseline=args.baseline, profile=args.profile, **common)
     )
     summaries = [report.summarize(r) for r in runs]
     print(
         f"\nhotpath loadtest --preset {args.preset}: {scenario.num_requests} samples x "
-        f"{scenario.num_samples} of {scenario.max_tokens} tokens, {args.client} client"
+        f"{scenario.num_samples} of {scenario.max_tokens} tokens, {args.client} client, "
+        f"poll {scenario.poll}"
     )
     if len(summaries) == 2:
         print(report.render_compare(*summaries))

@@ -38,6 +38,9 @@ class Scenario:
     max_num_seqs: int = 0
     #: router fault injection, e.g. "500:0.01,reset:0.01" (empty: none)
     router_fail: str = ""
+    #: how samples wait: "auto" (client/config decides, as the SDK), "session" (one
+    #: retrieve_futures poller per client process) or "request" (one held poll per sample)
+    poll: str = "auto"
     #: extra `hotpath serve` flags
     server_args: tuple[str, ...] = field(default_factory=tuple)
 
@@ -115,6 +118,21 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             server_args=("--upstream-connections", "8192"),
         ),
         "131072 small results, 5 s generation, 45 s re-polls; outstanding capped for 20k fds",
+    ),
+    "queue-131072-all": (
+        Scenario(
+            num_requests=131072,
+            max_outstanding=131072,
+            router_mode="latency",
+            gen_seconds=5.0,
+            max_num_seqs=2048,
+            client_workers=4,
+            timeout=3600.0,
+            poll="session",
+            server_args=("--upstream-connections", "8192"),
+        ),
+        "queue-131072 with every sample outstanding at once: session polling, the server "
+        "queues forwards behind its 8192 upstream connections",
     ),
 }
 

@@ -39,6 +39,17 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
     healthz = run.get("healthz_latencies", [])
     server = run.get("server") or {}
     router = run.get("router") or {}
+    requests = run.get("requests") or {}
+    served = run.get("server_polls") or {}
+    cpu = server.get("cpu_seconds")
+
+    def per_result(count: float | None) -> float | None:
+        return count / completed if completed and count is not None else None
+
+    client_polls = requests.get("/api/v1/retrieve_future", 0)
+    client_polls += requests.get("/api/v1/retrieve_futures", 0)
+    server_polls = sum(v for k, v in served.items() if k.startswith("retrieve_future_"))
+    server_polls += served.get("retrieve_futures", 0)
     return {
         "label": run.get("label", ""),
         "requested": run.get("requested", 0),
@@ -63,6 +74,13 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "healthz_failures": server.get("healthz_failures"),
         "healthz_samples": len(healthz),
         "router_peak_in_flight": router.get("peak_in_flight"),
+        "poll": run.get("poll") or None,
+        "requests": dict(sorted(requests.items())),
+        "server_polls": dict(sorted(served.items())),
+        "http_requests_per_result": per_result(sum(requests.values()) if requests else None),
+        "poll_requests_per_result": per_result(client_polls if requests else None),
+        "server_polls_per_result": per_result(server_polls if served else None),
+        "server_cpu_ms_per_result": per_result(cpu * 1e3 if cpu is not None else None),
         "router_injected": router.get("injected"),
         "picks": picks(run.get("healthz")),
         "steps": run.get("steps") or [],
@@ -114,6 +132,10 @@ _ROWS: tuple[tuple[str, str, Any, bool | None], ...] = (
     ("server peak RSS", "server_peak_rss_bytes", _fmt_mb, False),
     ("server peak open fds", "server_peak_fds", lambda v: "-" if v is None else f"{v:,}", False),
     ("server CPU seconds", "server_cpu_seconds", _fmt_num, False),
+    ("server CPU ms/result", "server_cpu_ms_per_result", lambda v: _fmt_num(v, 3), False),
+    ("HTTP requests/result", "http_requests_per_result", lambda v: _fmt_num(v, 3), False),
+    ("poll requests/result", "poll_requests_per_result", lambda v: _fmt_num(v, 3), False),
+    ("polls served/result", "server_polls_per_result", lambda v: _fmt_num(v, 3), False),
     ("router CPU seconds", "router_cpu_seconds", _fmt_num, False),
     ("client CPU seconds", "client_cpu_seconds", _fmt_num, False),
     ("/healthz p50", "healthz_p50", _fmt_seconds, False),
@@ -131,6 +153,10 @@ def _extras(summary: dict[str, Any]) -> list[str]:
         lines.append("client retries: " + _kv(summary["retries"]))
     if summary["router_injected"]:
         lines.append("router injected: " + _kv(summary["router_injected"]))
+    if summary["requests"]:
+        lines.append(f"client HTTP requests ({summary['poll']} poll): " + _kv(summary["requests"]))
+    if summary["server_polls"]:
+        lines.append("polls served: " + _kv(summary["server_polls"]))
     if summary["picks"]:
         lines.append("server picks: " + _kv(summary["picks"]))
     return lines

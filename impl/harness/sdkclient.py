@@ -71,6 +71,19 @@ class SdkWorker(Worker):
         wall = time.monotonic() - started
         return self.result(wall, time.process_time() - cpu_started)
 
+    def result(self, wall: float, cpu: float = 0.0) -> dict[str, Any]:
+        """The HTTP worker's result; the SDK's own requests are not counted here (the server's
+        /healthz `polls` are), and `poll` is what client/config told the SDK."""
+        out = super().result(wall, cpu)
+        out.pop("requests", None)
+        sampler = getattr(self, "sampler", None)
+        if sampler is not None:
+            session = sampler.holder.get_client_config().sample_use_retrieve_futures
+            out["poll"] = "session" if session else "request"
+        else:
+            out.pop("poll", None)
+        return out
+
     async def one_sdk(self, index: int) -> None:
         config, types = self.config, self._types
         prompt, seed = prompt_for(index, config)
