@@ -184,7 +184,9 @@ def start_server(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             break
-        with contextlib.suppress(OSError, ValueError):
+        # Not ready yet, or the port answers something else (another process took it between
+        # our pick and our bind: the server then exits and the loop ends).
+        with contextlib.suppress(OSError, ValueError, http.client.HTTPException):
             status, _ = get_json(proc.url + "/healthz", timeout=2.0)
             if status == 200:
                 return proc
