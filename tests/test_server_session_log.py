@@ -147,6 +147,27 @@ def test_busy_session_is_answered_in_batches():
     run(go())
 
 
+def test_full_batch_is_answered_before_the_batch_wait():
+    async def go():
+        s = _store(session_batch_wait=30.0, session_batch_size=3)
+        s.start()
+        loop = asyncio.get_running_loop()
+        records = [await s.create((SS, i), 1) for i in range(5)]
+        await s.complete(records[0], b"x")
+        _, cursor = await s.session_completions(TARGET, 0, 60)  # the first answer: at once
+        for i, record in enumerate(records[1:4]):
+            loop.call_later(
+                0.02 * (i + 1), lambda r=record: asyncio.ensure_future(s.complete(r, b"x"))
+            )
+        started = loop.time()
+        batch, _ = await s.session_completions(TARGET, cursor, 60)
+        assert [e.request_id for e in batch] == [r.request_id for r in records[1:4]]
+        assert loop.time() - started < 10  # three waiting: answered, not held for 30 s
+        s.close()
+
+    run(go())
+
+
 def test_wake_all_releases_held_session_polls():
     async def go():
         s = _store()

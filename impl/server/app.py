@@ -77,6 +77,7 @@ def _store(settings: Settings, encoder: Any) -> MemoryStore:
         "max_outstanding": settings.max_outstanding,
         "max_result_bytes": settings.max_result_bytes,
         "session_batch_wait": settings.session_batch_wait,
+        "session_batch_size": settings.session_batch,
     }
     if settings.baseline:  # the old JSON dump: the reference (stdlib json) derivation
         return BaselineStore(

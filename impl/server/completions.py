@@ -15,10 +15,11 @@ unknown instead of silently skipping the new log's entries. Entries of records a
 are dropped from the front by the store's sweep; the log never outgrows the live records.
 
 A held poll answers at once when none of the target's samples is pending any more; while some
-are, it collects completions for up to `batch_wait` seconds after the target's previous answer,
-so a busy session costs one poll per batch, not one per sample. `SessionLogs` is the embedded
-(in-memory) implementation the MemoryStore delegates to; a shared store keeps the same facts
-in its own storage.
+are, it answers once `batch_size` completions are waiting or `batch_wait` seconds after the
+target's previous answer, so a busy session costs one poll per batch, not one per sample (and
+a completion wakes the held poll only when it makes the answer due, not each time).
+`SessionLogs` is the embedded (in-memory) implementation the MemoryStore delegates to; a
+shared store keeps the same facts in its own storage.
 """
 
 from __future__ import annotations
@@ -79,7 +80,6 @@ class SessionLog:
     def append(self, request_id: str, state: str, size: int) -> None:
         self.head += 1
         self.entries.append(Entry(self.head, request_id, state, size))
-        self.wake()
 
     def trim(self, cursor: int) -> None:
         """Drop the entries at or before `cursor` (the client has seen them)."""
@@ -104,8 +104,9 @@ class SessionLog:
 class SessionLogs:
     """Every target's log, created on its first submitted sample or first poll."""
 
-    def __init__(self, batch_wait: float) -> None:
+    def __init__(self, batch_wait: float, batch_size: int = 32) -> None:
         self.batch_wait = batch_wait
+        self.batch_size = max(batch_size, 1)
         self.logs: dict[Target, SessionLog] = {}
         self.base = cursor_base()
         self.released = False  # shutdown: held polls answer at once
@@ -125,6 +126,9 @@ class SessionLogs:
         log = self.log(target_of(*key))
         log.pending -= 1
         log.append(request_id, "finished" if ok else "failed", size if ok else 0)
+        waiting = len(log.entries)
+        if waiting == 1 or waiting >= self.batch_size or log.pending <= 0:
+            log.wake()  # the first completion, a full batch, or the last one pending
 
     def forget(self, evicted: Callable[[str], bool]) -> None:
         """Drop, from the front of every log, completions whose records are evicted."""
@@ -151,7 +155,7 @@ class SessionLogs:
         while not self.released:
             until = deadline
             if log.entries:
-                if log.pending <= 0 or len(log.entries) >= limit:
+                if log.pending <= 0 or len(log.entries) >= min(limit, self.batch_size):
                     break
                 until = min(deadline, log.last_answer + self.batch_wait)
             if loop.time() >= until:

@@ -65,11 +65,16 @@ class Settings:
         "poll (and one connection) per sample; --no-session-poll advertises per-request polling "
         "(the endpoints still answer)",
     )
+    session_batch: int = _opt(
+        32,
+        "while a sampling session has samples pending, its held retrieve_futures poll answers "
+        "once this many completions are waiting (or after --session-batch-wait): one poll per "
+        "batch, not per sample; a session with nothing else pending is answered at once",
+    )
     session_batch_wait: float = _opt(
-        0.25,
-        "while a sampling session has samples pending, its held retrieve_futures poll collects "
-        "completions for up to this many seconds after its previous answer (one poll per batch, "
-        "not per sample); a session with nothing else pending is answered at once",
+        1.0,
+        "the longest a busy sampling session's completions wait for a batch to fill: seconds "
+        "after its previous retrieve_futures answer (0: answer every completion at once)",
     )
     metadata_first_bytes: int = _opt(
         1 << 20,
@@ -123,6 +128,7 @@ class Settings:
             "max_outstanding",
             "max_result_bytes",
             "sample_max_concurrent_requests",
+            "session_batch",
         )
         for name in positive:
             if getattr(self, name) <= 0:

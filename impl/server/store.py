@@ -112,10 +112,11 @@ class FutureStore(Protocol):
 
         First drops every completion at or before `cursor` (the client has seen them). While
         none is left, waits up to `hold` seconds for one (0: answers at once). Once there are
-        some, answers at once when none of the target's samples is still pending, when `limit`
-        are waiting, or when `session_batch_wait` seconds have passed since the target's
-        previous answer; otherwise it keeps collecting until then (never past `hold`), so a
-        busy session gets one answer per batch wait, not one per completion. The new cursor is
+        some, answers at once when none of the target's samples is still pending, when
+        `session_batch_size` (or `limit`) are waiting, or when `session_batch_wait` seconds
+        have passed since the target's previous answer; otherwise it keeps collecting until
+        then (never past `hold`), so a busy session gets one answer per batch, not one per
+        completion. At most `limit` completions per answer. The new cursor is
         the last position answered, or `cursor` itself when nothing is answered. None when
         `cursor` is neither 0 nor a position this store handed out for `target` (a cursor from
         a server that has since restarted, or from another session).
@@ -154,7 +155,8 @@ class MemoryStore:
         max_result_bytes: int,
         to_json: Callable[[bytes], bytes],
         dedup_ttl: float = 600.0,
-        session_batch_wait: float = 0.25,
+        session_batch_wait: float = 1.0,
+        session_batch_size: int = 32,
     ) -> None:
         self.completed_ttl = completed_ttl
         self.dedup_ttl = dedup_ttl
@@ -162,7 +164,7 @@ class MemoryStore:
         self.max_outstanding = max_outstanding
         self.max_result_bytes = max_result_bytes
         self.to_json = to_json
-        self.session_logs = SessionLogs(session_batch_wait)
+        self.session_logs = SessionLogs(session_batch_wait, session_batch_size)
         self.records: dict[str, Record] = {}
         self.keys: dict[Key, Record] = {}
         self.expiries: deque[tuple[float, Record]] = deque()  # completed_ttl deadlines
