@@ -220,3 +220,18 @@ def test_reported_but_never_fetched_expires_by_the_completed_ttl():
         s.close()
 
     run(go())
+
+
+def test_logs_of_clones_that_never_sampled_are_dropped():
+    async def go():
+        s = _store()
+        s.start()
+        for clone in range(1, 50):  # polls for clones that never submitted anything
+            assert await s.session_completions((SS, clone), 0, 0) == ([], 0)
+        record = await s.create((SS, 1), 1)
+        await s.complete(record, b"x")
+        s.sweep()
+        assert s.stats()["session_logs"] == 1  # only the log that has handed out a cursor
+        s.close()
+
+    run(go())

@@ -131,11 +131,18 @@ class SessionLogs:
             log.wake()  # the first completion, a full batch, or the last one pending
 
     def forget(self, evicted: Callable[[str], bool]) -> None:
-        """Drop, from the front of every log, completions whose records are evicted."""
-        for log in self.logs.values():
+        """Drop, from the front of every log, completions whose records are evicted; and the
+        logs that never had a completion and are idle (a poll for a clone that never sampled
+        leaves nothing behind)."""
+        unused = []
+        for target, log in self.logs.items():
             entries = log.entries
             while entries and evicted(entries[0].request_id):
                 entries.popleft()
+            if log.head == log.base and not log.pending and not log.waiters:
+                unused.append(target)
+        for target in unused:
+            del self.logs[target]
 
     def release(self) -> None:
         self.released = True
