@@ -11,7 +11,8 @@ with backoff; 404 is fatal (the server lost the result); 410 resubmits. Polls se
 
 `poll` picks how a sample waits: `request` holds a `retrieve_future` poll (one connection) per
 sample; `session` runs one `retrieve_futures` poller per worker (`impl.harness.sessionpoll`),
-each sample waits for its completion to be reported, then fetches its payload once; `auto`
+each sample waits for its completion to be reported, then fetches its payload once (at most
+`concurrency` fetches at once per worker, like submits); `auto`
 does what the SDK does: session when client/config says `sample_use_retrieve_futures`. Every
 HTTP request is counted by path (`requests` in the result). Every result is parsed
 from the SampleResponse wire bytes and checked: one sequence per sample, `max_tokens` tokens
@@ -293,7 +294,8 @@ class Worker:
             raise Failure("session_poll", str(exc)[:300]) from None
         sized = bool(completion.get("response_payload_uncompressed_size"))
         try:
-            return await self._poll(request_id, metadata_first=not sized)
+            async with self._fetch_gate:
+                return await self._poll(request_id, metadata_first=not sized)
         finally:
             self.poller.mark_retrieved(request_id)
 
@@ -441,6 +443,9 @@ class Worker:
             if config.poll == "session" or (
                 config.poll == "auto" and flags.get("sample_use_retrieve_futures")
             ):
+                # A poll answer can report thousands of completions at once; their fetches
+                # share `concurrency` like submits do, not one new connection each.
+                self._fetch_gate = asyncio.Semaphore(max(config.concurrency, 1))
                 self.poller = SessionPoller(
                     self._post,
                     _loads,
