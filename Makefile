@@ -11,7 +11,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# setup.py builds the optional C++ decoder (impl/decode/_simdjson_nogil.cpp) during the install.
+$(STAMP): pyproject.toml setup.py impl/decode/_simdjson_nogil.cpp | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 

@@ -16,7 +16,8 @@ class Entry:
     """One implementation: its registry name, the module that builds it and what it imports.
 
     The module named by `module` exposes `create(**options)`. `requires` lists the optional
-    top-level modules it needs; `extra` is the pyproject extra that installs them.
+    top-level modules it needs; `extra` is the pyproject extra that installs them; `hint`, when
+    set, replaces the generated install hint (for what an extra cannot install, e.g. a build).
     """
 
     name: str
@@ -24,9 +25,12 @@ class Entry:
     summary: str
     requires: tuple[str, ...] = ()
     extra: str | None = None
+    hint: str | None = None
 
     @property
     def install_hint(self) -> str:
+        if self.hint is not None:
+            return self.hint
         if self.extra is None:
             return "part of the core install"
         return f"pip install 'hotpath[{self.extra}]'"

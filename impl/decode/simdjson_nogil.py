@@ -1,0 +1,97 @@
+"""A compiled decoder that parses without the GIL: C++ over the system simdjson.
+
+`impl/decode/_simdjson_nogil.cpp` (built by `setup.py` with the project's install, against
+Debian's `libsimdjson-dev`) releases the GIL, parses the body with simdjson's DOM parser (one
+reused parser per thread: validates every number, string, literal and bracket of the body and
+lays it out on a tape, no Python object per value), walks the tape to fill int32/float32
+buffers for `token_ids`, `token_logprobs` and, when the first choice has them, prompt logprobs
+and top-k rows, and takes the GIL back only to copy those buffers into bytearrays that numpy
+wraps. So a second Python thread keeps running while a 20 MB body decodes, and an event loop
+can hand decodes to a thread pool (`releases_gil = True`).
+
+Exactness: doubles are simdjson's correctly rounded parse, then `(float)` in C++, the same
+double-then-float32 rounding as the reference's numpy `astype`. The C++ walk answers "not
+sure" for anything outside the common shape (a duplicated key it reads, an integer outside
+int64, a wrong type, a length mismatch, a nesting deeper than `MAX_DEPTH`) and for every body
+simdjson rejects (invalid JSON, but also `1e400`, integers beyond 64 bits, lone surrogates,
+invalid UTF-8, which the reference accepts); those bodies go to the reference, which decodes
+them or raises the right `DecodeError`. A UTF-8 BOM, a non-int `topk_prompt_logprobs` and
+`prompt_tokens` that are not plain integers go there too.
+
+The plain CPython C API binds it: one function, no build dependency beyond setuptools and the
+system simdjson, and the GIL release is one explicit `Py_BEGIN_ALLOW_THREADS` pair around code
+that touches no Python object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+
+import numpy as np
+
+from impl.decode import MAX_DEPTH, Completion, Sequence, TopK
+from impl.decode import _simdjson_nogil as _ext
+from impl.decode._common import as_bytes, reference
+
+_BOM = b"\xef\xbb\xbf"
+_MAX_K = 1 << 16  # a larger top-k is left to the reference (it allocates n x k either way)
+_NOT_PLAIN = object()
+
+
+def _prompt_buffer(prompt_tokens: Seq[int] | None) -> bytes | object | None:
+    """The caller's prompt as int64 bytes; `_NOT_PLAIN` when it is not a list of plain ints."""
+    if prompt_tokens is None:
+        return None
+    if isinstance(prompt_tokens, np.ndarray):
+        if prompt_tokens.ndim != 1 or prompt_tokens.dtype.kind not in "iu":
+            return _NOT_PLAIN
+        if prompt_tokens.dtype == np.uint64 and len(prompt_tokens) and prompt_tokens.max() >> 63:
+            return _NOT_PLAIN
+        return prompt_tokens.astype(np.int64).tobytes()
+    values = list(prompt_tokens)
+    if values and set(map(type, values)) != {int}:
+        return _NOT_PLAIN
+    try:
+        return np.array(values, dtype=np.int64).tobytes()
+    except OverflowError:
+        return _NOT_PLAIN
+
+
+class SimdjsonNogilDecoder:
+    releases_gil = True
+
+    def decode(
+        self, body: bytes, *, prompt_tokens: Seq[int] | None = None, topk_prompt_logprobs: int = 0
+    ) -> Completion:
+        body = as_bytes(body)
+        k = topk_prompt_logprobs
+        tokens = _prompt_buffer(prompt_tokens)
+        got = None
+        if tokens is not _NOT_PLAIN and type(k) is int and k <= _MAX_K and body[:3] != _BOM:
+            got = _ext.decode(body, tokens, max(k, 0), MAX_DEPTH)
+        if got is None:
+            return reference(body, prompt_tokens, k)
+        raw_sequences, prompt, top_ids, top_lps = got
+        sequences = [
+            Sequence(
+                np.frombuffer(ids, dtype=np.int32),
+                np.frombuffer(lps, dtype=np.float32),
+                "stop" if stop else "length",
+            )
+            for ids, lps, stop in raw_sequences
+        ]
+        if prompt is None:
+            return Completion(sequences)
+        prompt_logprobs = np.frombuffer(prompt, dtype=np.float32)
+        topk = None
+        if k > 0:
+            shape = (len(prompt_logprobs), k)
+            topk = TopK(
+                np.frombuffer(top_ids, dtype=np.int32).reshape(shape),
+                np.frombuffer(top_lps, dtype=np.float32).reshape(shape),
+            )
+        return Completion(sequences, prompt_logprobs, topk)
+
+
+def create() -> SimdjsonNogilDecoder:
+    return SimdjsonNogilDecoder()
