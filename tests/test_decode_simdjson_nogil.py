@@ -1,0 +1,96 @@
+"""simdjson_nogil's own JSON validation: what its C++ walk accepts, Python's json accepts.
+
+The walk validates every value it skips itself (simdjson indexes the bytes, the grammar check
+is ours), so seeded random edits of valid values are put where vLLM bodies have values the
+decoder skips; whenever the compiled fast path answers (instead of handing the body to the
+reference), the stdlib must parse the same body and the decode must equal the reference's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from decode_corpus import GOOD_VALUES
+from test_decode_parity import assert_same
+
+from impl import registry
+from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, DecodeError
+from impl.harness import bodies
+
+FAMILY = "decode"
+REASON = registry.unavailable_reason(FAMILY, "simdjson_nogil")
+pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
+
+NUMBERS = b"[-0.5,1,-0,0,10,-12.5E-7,1E+2,0.5e-3,-0.0,1e5,2e-308,123456789012345678901234567890]"
+ALPHABET = b'{}[]:,"01-+.eEtrufalsnx\\ /u'
+
+
+def mutants(seed: int, count: int, base: bytes):
+    rng = random.Random(seed)
+    for _ in range(count):
+        value = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(value))
+            edit = rng.randrange(3)
+            if edit == 0:
+                del value[at]
+            elif edit == 1:
+                value.insert(at, rng.choice(ALPHABET))
+            else:
+                value[at] = rng.choice(ALPHABET)
+        yield bytes(value)
+
+
+def fast_path(body: bytes, k: int = 0):
+    from impl.decode import _simdjson_nogil
+
+    return _simdjson_nogil.decode(body, None, k, MAX_DEPTH, MAX_INT_DIGITS)
+
+
+@pytest.mark.parametrize("base", [GOOD_VALUES, NUMBERS], ids=["every-value", "numbers"])
+@pytest.mark.parametrize("place", ["top-logprobs", "usage", "text-offset"])
+def test_accepts_only_what_python_accepts(base, place):
+    small = bodies.body_for(3, kind="vllm", n=2, seed=5)
+    after, template = {
+        "top-logprobs": (b'"top_logprobs":[', b"%s,"),
+        "usage": (b'"usage":{', b'"x":%s,'),
+        "text-offset": (b'"text_offset":[', b"%s,"),
+    }[place]
+    at = small.index(after) + len(after)
+    decoder = registry.create(FAMILY, "simdjson_nogil")
+    answered = valid = 0
+    for value in mutants(seed=len(base) + len(place), count=1500, base=base):
+        body = small[:at] + template % value + small[at:]
+        try:
+            json.loads(body)
+            valid += 1
+        except ValueError:
+            assert fast_path(body) is None, f"accepted invalid JSON {value!r}"
+            with pytest.raises(DecodeError):
+                decoder.decode(body)
+            continue
+        if fast_path(body) is not None:
+            answered += 1
+            assert_same(decoder.decode(body), REFERENCE.decode(body))
+    assert valid > 50 and answered > valid // 2  # both outcomes really exercised
+
+
+def test_limits_are_the_reference_s():
+    """Nesting deeper than MAX_DEPTH and integers longer than MAX_INT_DIGITS: never answered."""
+    body = bodies.body_for(3, kind="vllm", seed=1)[:-1]
+    for depth, answered in ((MAX_DEPTH, True), (MAX_DEPTH + 1, False)):
+        nested = b"[" * (depth - 1) + b"]" * (depth - 1)
+        assert (fast_path(body + b',"x":' + nested + b"}") is not None) is answered
+    for digits, answered in ((MAX_INT_DIGITS, True), (MAX_INT_DIGITS + 1, False)):
+        assert (fast_path(body + b',"x":-' + b"9" * digits + b"}") is not None) is answered
+
+
+def test_fast_path_answers_realistic_bodies():
+    """No hand-over on generator bodies, prompt logprobs with top-k included."""
+    for kind in ("minimal", "vllm"):
+        for k in (0, 2):
+            body = bodies.body_for(50, kind=kind, n=2, prompt_logprobs=k, seed=3)
+            assert fast_path(body, k) is not None
