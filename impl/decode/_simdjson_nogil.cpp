@@ -121,19 +121,23 @@ inline bool small_int(const uint8_t* s, const uint8_t* e, int64_t& out) {
 }
 
 // A JSON number as Python's float() of it, finite; false for anything else (or beyond 18
-// integer digits, or a double that overflows: the reference decides those). Fractions and
-// exponents go through simdjson's own correctly rounded parser (the one its DOM uses).
+// integer digits, or a double that overflows: the reference decides those). `e` is the end
+// of the token. Fractions and exponents go through simdjson's own correctly rounded parser
+// (the one its DOM uses), which checks their grammar and that a separator follows; an integer
+// (Python reads it as an int, so -0 is 0.0) is converted exactly.
 inline bool finite_double(const uint8_t* s, const uint8_t* e, double& out) {
-  size_t digits = 0;
-  Num kind = number_kind(s, e, digits);
-  if (kind == Num::Int) {
-    int64_t value;
-    if (!small_int(s, e, value)) return false;
-    out = static_cast<double>(value);
-    return true;
+  const uint8_t* p = s + (*s == '-');
+  const uint8_t* first = p;
+  while (is_digit(*p)) p++;
+  size_t digits = static_cast<size_t>(p - first);
+  if (digits == 0 || digits > 18) return false;
+  if (*p == '.' || (*p | 0x20) == 'e') {
+    return !simdjson::fallback::numberparsing::parse_double(s).get(out) && std::isfinite(out);
   }
-  if (kind != Num::Float) return false;
-  return !simdjson::fallback::numberparsing::parse_double(s).get(out) && std::isfinite(out);
+  int64_t value;
+  if (!small_int(s, e, value)) return false;
+  out = static_cast<double>(value);
+  return true;
 }
 
 struct Walker {
@@ -188,8 +192,12 @@ struct Walker {
       case 'f': ok = token_is("false"); break;
       case 'n': ok = token_is("null"); break;
       default: {
+        // Most skipped numbers end right at the next structural byte: one comparison.
+        const uint8_t* next = pos + 1 < n ? buf + idx[pos + 1] : buf + len;
+        const uint8_t* e = next;
+        while (e > s && is_ws(e[-1])) e--;
         size_t digits = 0;
-        Num kind = number_kind(s, token_end(), digits);
+        Num kind = number_kind(s, e, digits);
         ok = kind == Num::Float || (kind == Num::Int && digits <= rq.max_int_digits);
       }
     }
