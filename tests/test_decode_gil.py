@@ -95,3 +95,12 @@ def test_another_thread_runs_during_a_20mb_decode(name, big_body):
         f"a Python thread ran only {max(ratios):.2f}x as fast during {name} as during "
         f"{HOLDING} (rounds: {', '.join(f'{r:.2f}' for r in ratios)})"
     )
+
+
+def test_auto_releases_the_gil_only_when_every_step_does():
+    if "simdjson_nogil" not in registry.available(FAMILY):
+        pytest.skip(str(registry.unavailable_reason(FAMILY, "simdjson_nogil")))
+    only_nogil = [{"input": "big", "size_bytes": 10**6, "cost": {"simdjson_nogil": 1.0}}]
+    mixed = [*only_nogil, {"input": "small", "size_bytes": 100, "cost": {"json": 1.0}}]
+    assert releases_gil(registry.create(FAMILY, "auto", rows=only_nogil)) is True
+    assert releases_gil(registry.create(FAMILY, "auto", rows=mixed)) is False

@@ -4,7 +4,8 @@ At creation it reads the decode measurements `hotpath bench` recorded (`impl.pic
 or rows passed in), keeps for each measured input size the fastest available implementation
 (itself excluded, parity failures are never recorded) and precomputes the log-scale midpoints
 between sizes; `decode` is then one `bisect` on `len(body)` and a call. With no measurements it
-uses the first available name of the family's `PREFERENCE` order for every size.
+uses the first available name of the family's `PREFERENCE` order for every size. It releases
+the GIL (`releases_gil`) exactly when every decoder it may delegate to does.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence as Seq
 from typing import Any
 
 from impl import pick, registry
-from impl.decode import PREFERENCE, Completion, Decoder
+from impl.decode import PREFERENCE, Completion, Decoder, releases_gil
 
 
 def plan(rows: list[dict[str, Any]], candidates: Seq[str]) -> list[tuple[int, str]]:
@@ -49,6 +50,7 @@ class AutoDecoder:
             name: registry.create("decode", name) for name in {name for _, name in steps}
         }
         self._by_step = [self._decoders[name] for _, name in steps]
+        self.releases_gil = all(map(releases_gil, self._decoders.values()))
 
     def choose(self, size: int) -> str:
         """The implementation a body of `size` bytes is decoded with."""
