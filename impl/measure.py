@@ -58,6 +58,10 @@ def environment() -> dict[str, Any]:
     for dist in _VERSIONED:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[dist] = importlib.metadata.version(dist)
+    with contextlib.suppress(ImportError):  # the system simdjson the compiled decoder was built on
+        from impl.decode import _simdjson_nogil
+
+        versions["libsimdjson"] = _simdjson_nogil.SIMDJSON_VERSION
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
