@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 from decode_corpus import GOOD_VALUES
 from test_decode_parity import assert_same
@@ -94,3 +95,58 @@ def test_fast_path_answers_realistic_bodies():
         for k in (0, 2):
             body = bodies.body_for(50, kind=kind, n=2, prompt_logprobs=k, seed=3)
             assert fast_path(body, k) is not None
+
+
+def _prompt_of(body: bytes) -> list[int]:
+    return json.loads(body)["choices"][0]["prompt_token_ids"]
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [
+        list,
+        tuple,
+        lambda p: np.array(p, dtype=np.int64),
+        lambda p: np.array(p, dtype=np.int32),
+        lambda p: np.array(p, dtype=np.uint64),
+        lambda p: [np.int64(t) for t in p],  # not plain ints: the reference decides
+        lambda p: [True, *p[1:]],  # a bool is an int to int(): the reference decides
+        lambda p: [float(t) for t in p],
+        lambda p: p[:-1],  # one short: DecodeError
+        lambda p: [*p[:-1], 2**70],  # beyond int64: the reference decides
+    ],
+    ids=["list", "tuple", "int64", "int32", "uint64", "np-ints", "bool", "floats", "short", "big"],
+)
+@pytest.mark.parametrize("k", [0, 2])
+def test_prompt_tokens_argument_in_every_form(convert, k):
+    body = bodies.body_for(20, kind="vllm", n=2, prompt_len=6, prompt_logprobs=2, seed=4)
+    prompt = convert(_prompt_of(body))
+    decoder = registry.create(FAMILY, "simdjson_nogil")
+    try:
+        want = REFERENCE.decode(body, prompt_tokens=prompt, topk_prompt_logprobs=k)
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            decoder.decode(body, prompt_tokens=prompt, topk_prompt_logprobs=k)
+        return
+    assert_same(decoder.decode(body, prompt_tokens=prompt, topk_prompt_logprobs=k), want)
+
+
+@pytest.mark.parametrize("k", [-1, 0, 1, 5, 1 << 17])
+def test_topk_argument_values(k):
+    body = bodies.body_for(20, kind="vllm", prompt_len=6, prompt_logprobs=2, seed=6)
+    decoder = registry.create(FAMILY, "simdjson_nogil")
+    want = REFERENCE.decode(body, topk_prompt_logprobs=k)
+    assert_same(decoder.decode(body, topk_prompt_logprobs=k), want)
+
+
+def test_body_types_and_page_ends():
+    """bytes, bytearray and memoryview bodies; bodies ending at every offset of a page."""
+    decoder = registry.create(FAMILY, "simdjson_nogil")
+    body = bodies.body_for(40, kind="minimal", seed=2)
+    want = REFERENCE.decode(body)
+    for form in (bytes, bytearray, memoryview):
+        assert_same(decoder.decode(form(body)), want)
+    for pad in range(0, 4200, 61):  # the copy-or-not decision near a page boundary
+        padded = body[:-1] + b" " * pad + b"}"
+        assert fast_path(padded) is not None
+        assert_same(decoder.decode(padded), want)
