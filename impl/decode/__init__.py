@@ -117,7 +117,7 @@ IMPLEMENTATIONS: tuple[Entry, ...] = (
         "simdjson_nogil",
         "impl.decode.simdjson_nogil",
         "C++ over the system simdjson, parses without the GIL; numpy buffers filled directly",
-        ("impl.decode._simdjson_nogil",),
+        ("impl.decode.simdjson_nogil",),  # imports the extension and checks its build
         hint="apt-get install g++ libsimdjson-dev, then reinstall hotpath (pip install -e .)",
     ),
     Entry("auto", "impl.decode.auto", "per body size, the decoder measured fastest here"),

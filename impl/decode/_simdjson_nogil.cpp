@@ -619,7 +619,10 @@ PyMODINIT_FUNC PyInit__simdjson_nogil() {
   if (m == nullptr) return nullptr;
 #define HOTPATH_STR(x) #x
 #define HOTPATH_XSTR(x) HOTPATH_STR(x)
-  if (PyModule_AddStringConstant(m, "SIMDJSON_VERSION", HOTPATH_XSTR(SIMDJSON_VERSION)) < 0) {
+  // API_VERSION: bumped whenever decode()'s arguments or result change, so that a stale build
+  // left in the tree reads as unavailable instead of failing at the first call.
+  if (PyModule_AddStringConstant(m, "SIMDJSON_VERSION", HOTPATH_XSTR(SIMDJSON_VERSION)) < 0 ||
+      PyModule_AddIntConstant(m, "API_VERSION", 2) < 0) {
     Py_DECREF(m);
     return nullptr;
   }
