@@ -150,3 +150,29 @@ def test_body_types_and_page_ends():
         padded = body[:-1] + b" " * pad + b"}"
         assert fast_path(padded) is not None
         assert_same(decoder.decode(padded), want)
+
+
+def test_escapes_and_digit_runs_at_every_offset():
+    """Strings and numbers of every length around the word-at-a-time scans' 8-byte steps."""
+    body = bodies.body_for(3, kind="vllm", seed=1)
+    at = body.index(b'"tokens":[') + len(b'"tokens":[')
+    decoder = registry.create(FAMILY, "simdjson_nogil")
+    for length in range(12):
+        for where in range(length):
+            for escape, valid in ((b"\\n", True), (b"\\x", False), (b'\\"', True)):
+                text = b"a" * where + escape + b"b" * (length - where - 1)
+                case = body[:at] + b'"' + text + b'",' + body[at:]
+                assert (fast_path(case) is not None) is valid, text
+                if valid:
+                    assert_same(decoder.decode(case), REFERENCE.decode(case))
+    for length in range(1, 22):
+        for value, valid in (
+            (b"1" * length, True),
+            (b"-" + b"7" * length + b".5", True),
+            (b"0." + b"3" * length + b"e-" + b"1" * min(length, 3), True),
+            (b"1" * length + b"x", False),
+            (b"2." + b"5" * length + b"e", False),
+            (b"0" + b"1" * length, False),
+        ):
+            case = body[:at] + value + b"," + body[at:]
+            assert (fast_path(case) is not None) is valid, value

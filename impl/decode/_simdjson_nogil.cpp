@@ -74,6 +74,22 @@ inline bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 
 enum class Num { Bad, Int, Float };
 
+// The first byte at or after p that is not an ASCII digit, eight bytes at a time (reading up
+// to seven bytes past it stays within the body's readable padding).
+inline const uint8_t* skip_digits(const uint8_t* p) {
+  while (true) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    // A byte is a digit iff its high nibble is 3 and adding 6 keeps it there; a carry out of a
+    // non-digit byte only disturbs the bytes after it.
+    uint64_t high = (v & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL;
+    uint64_t over = ((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL;
+    uint64_t bad = high | over;
+    if (bad) return p + (__builtin_ctzll(bad) >> 3);
+    p += 8;
+  }
+}
+
 // JSON's number grammar over exactly [p, e); `digits` = the integer part's digit count. The
 // scans need no bounds check: every token ends before a structural or whitespace byte, or at
 // the end of the body, where a Python bytes object (or our padded copy) holds a NUL or space.
@@ -83,8 +99,7 @@ inline Num number_kind(const uint8_t* p, const uint8_t* e, size_t& digits) {
   if (*p == '0') {
     p++;
   } else if (*p >= '1' && *p <= '9') {
-    do p++;
-    while (is_digit(*p));
+    p = skip_digits(p + 1);
   } else {
     return Num::Bad;
   }
@@ -92,15 +107,13 @@ inline Num number_kind(const uint8_t* p, const uint8_t* e, size_t& digits) {
   if (p == e) return Num::Int;
   if (*p == '.') {
     if (!is_digit(*++p)) return Num::Bad;
-    do p++;
-    while (is_digit(*p));
+    p = skip_digits(p + 1);
   }
   if ((*p | 0x20) == 'e') {
     p++;
     p += *p == '+' || *p == '-';
     if (!is_digit(*p)) return Num::Bad;
-    do p++;
-    while (is_digit(*p));
+    p = skip_digits(p + 1);
   }
   return p == e ? Num::Float : Num::Bad;
 }
@@ -173,7 +186,15 @@ struct Walker {
     if (close <= open || *close != '"') return false;
     s = open + 1;
     e = close;
-    escaped = std::memchr(s, '\\', static_cast<size_t>(e - s)) != nullptr;
+    size_t length = static_cast<size_t>(e - s);
+    if (length <= 8) {  // most strings are short tokens: one word, no call
+      uint64_t v = 0;
+      std::memcpy(&v, s, 8);  // within the body's readable padding
+      uint64_t x = (v ^ 0x5C5C5C5C5C5C5C5CULL) | (length == 8 ? 0 : ~0ULL << (8 * length));
+      escaped = ((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL) != 0;
+    } else {
+      escaped = std::memchr(s, '\\', length) != nullptr;
+    }
     if (escaped) {
       size_t need = static_cast<size_t>(e - s) + simdjson::SIMDJSON_PADDING;
       if (scratch.size() < need) scratch.resize(need);
