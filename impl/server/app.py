@@ -19,16 +19,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 import impl.encode
+from impl.server import limits as limits_module
 from impl.server import picks as picks_module
 from impl.server import routes
 from impl.server.baseline import BaselineStore
 from impl.server.forward import Forwarder
+from impl.server.limits import Limits
 from impl.server.picks import Picks
-from impl.server.routes._raw import RawRoute
+from impl.server.routes._raw import RawRoute, respond
 from impl.server.routes.deps import ApiError
 from impl.server.schemas import openapi_components
 from impl.server.sessions import Sessions
@@ -40,10 +43,11 @@ from impl.server.store import MemoryStore
 class HotpathApp(FastAPI):
     """FastAPI, except that POSTs to a RawRoute path skip the middleware stack and router."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: Limits | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         #: path -> raw ASGI handler, filled by create_app from the RawRoutes.
         self.hot: dict[str, Any] = {}
+        self.limits = limits or Limits()
         #: impl.server.metrics.Metrics while the lifespan runs with metrics on
         self.metrics: Any = None
 
@@ -52,21 +56,52 @@ class HotpathApp(FastAPI):
             await self.metrics.http(scope, receive, send, self.dispatch)
             return
         # `dispatch`, inlined: with --no-metrics no request pays for the metrics' plumbing
-        if scope["type"] == "http" and scope["method"] == "POST":
-            handler = self.hot.get(scope["path"])
+        if scope["type"] == "http" and scope["method"] != "GET":
+            handler = self.hot.get(scope["path"]) if scope["method"] == "POST" else None
             if handler is not None:
                 await handler(scope, receive, send)
+                return
+            receive = await self._checked_body(scope, receive, send)
+            if receive is None:
                 return
         await super().__call__(scope, receive, send)
 
     async def dispatch(self, scope: Any, receive: Any, send: Any) -> None:
-        """A hot route's raw handler, else FastAPI (what the metrics middleware wraps)."""
-        if scope["type"] == "http" and scope["method"] == "POST":
-            handler = self.hot.get(scope["path"])
+        """A hot route's raw handler, else FastAPI once the body passed the limits (what the
+        metrics middleware wraps)."""
+        if scope["type"] == "http" and scope["method"] != "GET":
+            handler = self.hot.get(scope["path"]) if scope["method"] == "POST" else None
             if handler is not None:
                 await handler(scope, receive, send)
                 return
+            receive = await self._checked_body(scope, receive, send)
+            if receive is None:
+                return
         await super().__call__(scope, receive, send)
+
+    async def _checked_body(self, scope: Any, receive: Any, send: Any) -> Any:
+        """A `receive` that replays the body once it passed the size cap and `strict_json`,
+        or None after answering 413 / 400 (FastAPI's own parser would answer 500 for some)."""
+        cap = self.limits.max_body_bytes
+        body = await limits_module.read_capped(scope, receive, cap)
+        if body is None:
+            message = limits_module.size_message(cap, "--max-body-bytes")
+            await respond(send, 413, limits_module.error_body(message))
+            return None
+        problem = limits_module.strict_json(body) if body else None
+        if problem is not None:
+            await respond(send, 400, limits_module.error_body(problem))
+            return None
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return replay
 
 
 def _store(settings: Settings, encoder: Any) -> MemoryStore:
@@ -105,6 +140,7 @@ async def lifespan(
     state = State(settings, picks, store, Sessions(), forwarder, LagMonitor(), metrics=metrics)
     state.poll_hold = settings.poll_hold
     state.retry_after = str(settings.retry_after).encode()
+    state.limits = Limits.from_settings(settings)
     store.start()
     state.lag.start()
     state.gc.start()
@@ -149,6 +185,22 @@ def _api_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
 
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's validation errors in the one error shape: a short sentence, never the input
+    (FastAPI's own handler echoes it, and fails with a 500 on NaN)."""
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    if any(error.get("type") == "json_invalid" for error in errors):
+        return JSONResponse({"detail": "malformed JSON body"}, status_code=400)
+    parts = []
+    for error in errors[:3]:
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        parts.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    message = limits_module.shorten("invalid request body: " + "; ".join(parts) + more, 300)
+    return JSONResponse({"detail": message}, status_code=422)
+
+
 def _configure_openapi(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -174,8 +226,10 @@ def create_app(settings: Settings, picks: Picks | None = None) -> FastAPI:
         version="0.1.0",
         description="Tinker-SDK-compatible sampling API forwarding to a vLLM router.",
         lifespan=functools.partial(lifespan, settings=settings, picks=picks),
+        limits=Limits.from_settings(settings),
     )
     app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
     routes.include(app)
     app.hot = {r.path: r.raw for r in app.router.routes if isinstance(r, RawRoute)}
     _configure_openapi(app)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 Int32 = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 
@@ -201,7 +201,7 @@ class CreateSamplingSessionRequest(_Model):
     """Sampling from a base model (this server has no trained weights: no model_path)."""
 
     session_id: str
-    sampling_session_seq_id: int
+    sampling_session_seq_id: Annotated[int, Field(ge=0, le=2**63 - 1)]
     base_model: str
 
 

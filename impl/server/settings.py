@@ -99,6 +99,20 @@ class Settings:
     sample_max_concurrent_requests: int = _opt(
         2000, "client/config's cap on each SDK client's in-flight samples"
     )
+    # -- request limits (impl/server/limits.py): bad input gets a short 4xx ------------------
+    max_id_length: int = _opt(
+        256, "longest request_id, session_id, sampling_session_id or base_model accepted (422)"
+    )
+    max_body_bytes: int = _opt(
+        64 << 10, "body cap of every route but asample, checked before the body is read (413)"
+    )
+    max_prompt_tokens: int = _opt(
+        1 << 20,
+        "most prompt tokens an asample may carry (422); asample's body cap is 12 bytes per "
+        "token plus --max-body-bytes (413)",
+    )
+    max_tags: int = _opt(64, "most tags a create_session may carry (422)")
+    # -- end of request limits ---------------------------------------------------------------
     shutdown_timeout: float = _opt(5.0, "seconds held polls get to finish on shutdown")
     log_level: str = _opt("info", "uvicorn and server log level")
     gc_threshold: str = _opt(
@@ -129,6 +143,10 @@ class Settings:
             "max_result_bytes",
             "sample_max_concurrent_requests",
             "session_batch",
+            "max_id_length",
+            "max_body_bytes",
+            "max_prompt_tokens",
+            "max_tags",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.server.forward import Forwarder
+from impl.server.limits import Limits
 from impl.server.picks import Picks
 from impl.server.sessions import Sessions
 from impl.server.settings import Settings
@@ -120,6 +121,7 @@ class State:
     #: Hot-route copies of settings, in the form the raw handlers write them.
     poll_hold: float = 0.0
     retry_after: bytes = b"1"
+    limits: Limits = field(default_factory=Limits)
 
     def uptime(self) -> float:
         return time.monotonic() - self.started

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, Request
 from fastapi.security import APIKeyHeader
 
+from impl.server.schemas import ErrorDetail, json_content, ref
 from impl.server.state import State
 
 
@@ -40,9 +41,19 @@ ApiKey = Annotated[str, Depends(_api_key)]
 AnyBody = Annotated[dict[str, Any], Body(default_factory=dict)]
 ServerState = Annotated[State, Depends(_state)]
 
-#: Responses every authenticated route documents besides its own (FastAPI answers 400 for a
-#: body it cannot parse at all, e.g. bytes that are not UTF-8).
+
+def error_response(description: str) -> dict[str, Any]:
+    """An OpenAPI response in the one error shape, `{"detail": "..."}` (impl/server/limits.py)."""
+    return {"description": description, "content": json_content(ref(ErrorDetail))}
+
+
+#: Responses every authenticated route documents besides its own, all in the one error shape.
 AUTH_RESPONSES: dict[int | str, dict] = {
-    400: {"description": "unparseable body"},
-    401: {"description": "missing or invalid API key"},
+    400: error_response(
+        "malformed JSON: not JSON, invalid UTF-8, NaN/Infinity, an integer over 4300 digits, "
+        "or nested deeper than 32 levels"
+    ),
+    401: error_response("missing or invalid API key"),
+    413: error_response("request body over --max-body-bytes"),
+    422: error_response("the body does not match the schema, or an id/tag list over its limit"),
 }

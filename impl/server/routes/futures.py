@@ -21,7 +21,7 @@ from __future__ import annotations
 import msgspec
 import orjson
 
-from impl.server import schemas
+from impl.server import limits, schemas
 from impl.server.routes._raw import (
     API_KEY_MESSAGE,
     RawRoute,
@@ -31,7 +31,7 @@ from impl.server.routes._raw import (
     has_api_key,
     respond,
 )
-from impl.server.routes.sampling import _decode, _detail, _json_response, _operation
+from impl.server.routes.sampling import _decode, _json_response, _operation
 
 _RETRIEVE_FUTURES = msgspec.json.Decoder(schemas.RetrieveFuturesRequest)
 
@@ -43,15 +43,19 @@ async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     fetched results. 404: unknown sampling session; 410: unknown cursor."""
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
-    request = await _decode(_RETRIEVE_FUTURES, receive, send)
+    state = scope["state"]["server"]
+    cap = state.limits.max_body_bytes
+    request = await _decode(_RETRIEVE_FUTURES, scope, receive, send, cap, "--max-body-bytes")
     if request is None:
         return None
-    state = scope["state"]["server"]
     target = request.target
     session_id = target.sampling_session_id
+    problem = state.limits.id_problem("sampling_session_id", session_id)
+    if problem is not None:
+        return await respond(send, 422, limits.error_body(problem))
     if state.sessions.base_model(session_id) is None:
-        message = f"unknown sampling_session_id {session_id!r}: create it first"
-        return await respond(send, 404, _detail(message))
+        message = f"unknown sampling_session_id {limits.quote(session_id)}: create it first"
+        return await respond(send, 404, limits.error_body(message))
     key = (session_id, target.cloned_sampler_id)
     store = state.store
     if request.retrieved_request_ids:
@@ -61,11 +65,11 @@ async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     state.polls["retrieve_futures"] += 1
     if answer is None:
         message = (
-            f"unknown cursor {request.prev_cursor} for sampling session {session_id!r} "
+            f"unknown cursor {request.prev_cursor} for sampling session {limits.quote(session_id)} "
             f"(clone {target.cloned_sampler_id}): not handed out by this server (it restarted "
             "and its results are gone); start a new sampling session"
         )
-        return await respond(send, 410, _detail(message))
+        return await respond(send, 410, limits.error_body(message))
     entries, cursor = answer
     state.polls["retrieve_futures_completions"] += len(entries)
     completions = [

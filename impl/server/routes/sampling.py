@@ -17,12 +17,11 @@ import time
 import msgspec
 import orjson
 
-from impl.server import schemas
+from impl.server import limits, schemas
 from impl.server.forward import SampleRejected, build_request
 from impl.server.routes._raw import (
     API_KEY_MESSAGE,
     JSON,
-    MAX_BODY,
     PROTOBUF,
     RawRoute,
     Receive,
@@ -31,7 +30,6 @@ from impl.server.routes._raw import (
     client_gone,
     has_api_key,
     header,
-    read_body,
     respond,
 )
 from impl.server.store import FAILED, PENDING
@@ -39,10 +37,6 @@ from impl.server.store import FAILED, PENDING
 TRY_AGAIN = b'{"type":"try_again"}'
 _ASAMPLE = msgspec.json.Decoder(schemas.AsampleRequest)
 _RETRIEVE = msgspec.json.Decoder(schemas.RetrieveFutureRequest)
-
-
-def _detail(message: str) -> bytes:
-    return orjson.dumps({"detail": message})
 
 
 def _integral(value):
@@ -56,24 +50,54 @@ def _integral(value):
     return value
 
 
-async def _decode(decoder: msgspec.json.Decoder, receive: Receive, send: Send):
-    """The validated body, or None after answering 400 (not JSON), 413 or 422 (wrong shape)."""
-    body = await read_body(receive)
-    if body is None:
-        await respond(send, 413, _detail(f"request body over {MAX_BODY >> 20} MiB"))
-        return None
+def _convert_integral_floats(body: bytes, decoder: msgspec.json.Decoder):
+    """The body with `2.0` read as `2` where an integer is expected, or None (cold path)."""
     try:
-        return decoder.decode(body)
+        return msgspec.convert(_integral(orjson.loads(body)), decoder.type, strict=True)
+    except (msgspec.ValidationError, orjson.JSONDecodeError):
+        return None
+
+
+async def _decode(
+    decoder: msgspec.json.Decoder, scope: Scope, receive: Receive, send: Send, cap: int, flag: str
+):
+    """The validated body, or None after answering 413 (over `cap`), 400 (not JSON, or nested
+    deeper than the request limit) or 422 (wrong shape); every message is short."""
+    body = await limits.read_capped(scope, receive, cap)
+    if body is None:
+        await respond(send, 413, limits.error_body(limits.size_message(cap, flag)))
+        return None
+    if not body.isascii():  # msgspec skips ignored strings without checking their UTF-8
+        try:
+            body.decode()
+        except UnicodeDecodeError as exc:
+            message = f"malformed JSON body: invalid UTF-8 at byte {exc.start}"
+            await respond(send, 400, limits.error_body(message))
+            return None
+    invalid = None
+    try:
+        request = decoder.decode(body)
     except msgspec.ValidationError as exc:
-        if "got `float`" in str(exc):  # cold path: `2.0` where an integer is expected
-            try:
-                return msgspec.convert(_integral(orjson.loads(body)), decoder.type, strict=True)
-            except (msgspec.ValidationError, orjson.JSONDecodeError):
-                pass
-        await respond(send, 422, _detail(f"invalid request body: {exc}"))
-    except msgspec.DecodeError as exc:
-        await respond(send, 400, _detail(f"malformed JSON body: {exc}"))
-    return None
+        request, invalid = None, exc
+    except (msgspec.DecodeError, RecursionError) as exc:
+        await respond(send, 400, limits.error_body(_not_json(exc)))
+        return None
+    if limits.nested_too_deep(body):
+        message = f"JSON body nested deeper than {limits.MAX_REQUEST_DEPTH} levels"
+        await respond(send, 400, limits.error_body(message))
+        return None
+    if invalid is not None and "got `float`" in str(invalid):
+        request = _convert_integral_floats(body, decoder)
+    if request is None:
+        message = f"invalid request body: {limits.shorten(str(invalid))}"
+        await respond(send, 422, limits.error_body(message))
+    return request
+
+
+def _not_json(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError) or "recursion" in str(exc).lower():
+        return f"JSON body nested deeper than {limits.MAX_REQUEST_DEPTH} levels"
+    return f"malformed JSON body: {limits.shorten(str(exc))}"
 
 
 async def asample(scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,14 +107,29 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
     backpressure; 404 for an unknown sampling session."""
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
-    request = await _decode(_ASAMPLE, receive, send)
+    state = scope["state"]["server"]
+    bounds = state.limits
+    cap = bounds.asample_body_bytes
+    request = await _decode(_ASAMPLE, scope, receive, send, cap, "--max-prompt-tokens")
     if request is None:
         return None
-    state = scope["state"]["server"]
+    problem = bounds.id_problem("sampling_session_id", request.sampling_session_id)
+    if problem is None:
+        prompt_tokens = sum(len(chunk.tokens) for chunk in request.prompt.chunks)
+        if prompt_tokens > bounds.max_prompt_tokens:
+            problem = (
+                f"the prompt has {prompt_tokens} tokens; the limit is "
+                f"{bounds.max_prompt_tokens} (--max-prompt-tokens)"
+            )
+    if problem is not None:
+        return await respond(send, 422, limits.error_body(problem))
     model = state.sessions.base_model(request.sampling_session_id)
     if model is None:
-        message = f"unknown sampling_session_id {request.sampling_session_id!r}: create it first"
-        return await respond(send, 404, _detail(message))
+        message = (
+            f"unknown sampling_session_id {limits.quote(request.sampling_session_id)}: "
+            "create it first"
+        )
+        return await respond(send, 404, limits.error_body(message))
     store = state.store
     key = (request.sampling_session_id, request.seq_id)
     record = await store.lookup(key)
@@ -102,13 +141,14 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
             return await respond(
                 send,
                 429,
-                _detail(f"server busy: {busy}; retry later"),
+                limits.error_body(f"server busy: {busy}; retry later"),
                 headers=((b"retry-after", state.retry_after),),
             )
         try:
             job = build_request(request, model)
         except SampleRejected as exc:
-            return await respond(send, 422, _detail(f"invalid request body: {exc}"))
+            message = f"invalid request body: {limits.shorten(str(exc))}"
+            return await respond(send, 422, limits.error_body(message))
         record = await store.create(key, request.num_samples)
         state.forwarder.submit(record, job)
     body = orjson.dumps(
@@ -123,19 +163,25 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
     Failed: 200 `{"error", "category"}`. Unknown or evicted request_id: 404."""
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
-    request = await _decode(_RETRIEVE, receive, send)
+    state = scope["state"]["server"]
+    bounds = state.limits
+    request = await _decode(
+        _RETRIEVE, scope, receive, send, bounds.max_body_bytes, "--max-body-bytes"
+    )
     if request is None:
         return None
-    state = scope["state"]["server"]
+    problem = bounds.id_problem("request_id", request.request_id)
+    if problem is not None:
+        return await respond(send, 422, limits.error_body(problem))
     store, polls = state.store, state.polls
     record = await store.get(request.request_id)
     if record is None:
         polls["retrieve_future_not_found"] += 1
         message = (
-            f"unknown request_id {request.request_id!r}: never submitted here, or evicted "
-            "after its retention time"
+            f"unknown request_id {limits.quote(request.request_id)}: never submitted here, or "
+            "evicted after its retention time"
         )
-        return await respond(send, 404, _detail(message))
+        return await respond(send, 404, limits.error_body(message))
     if record.state == PENDING:
         await store.wait(record, state.poll_hold)
         if record.state == PENDING:
@@ -188,9 +234,13 @@ def _served(state, record, content_type: bytes, started: float) -> None:
 def _operation(request: type, responses: dict[int, dict]) -> dict:
     documented = {
         401: ("missing or invalid API key", schemas.ErrorDetail),
-        400: ("malformed JSON body", schemas.ErrorDetail),
-        413: ("request body too large", schemas.ErrorDetail),
-        422: ("the body does not match the schema", schemas.ErrorDetail),
+        400: (
+            "malformed JSON: not JSON, invalid UTF-8, NaN/Infinity, or nested deeper than 32 "
+            "levels",
+            schemas.ErrorDetail,
+        ),
+        413: ("request body over this route's limit", schemas.ErrorDetail),
+        422: ("the body does not match the schema, or an id over its limit", schemas.ErrorDetail),
     }
     out = {
         str(code): {"description": text, "content": schemas.json_content(schemas.ref(model))}

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from impl.server.routes.deps import AUTH_RESPONSES, AnyBody, ApiError, ApiKey, ServerState
+from impl.server import limits
+from impl.server.routes.deps import (
+    AUTH_RESPONSES,
+    AnyBody,
+    ApiError,
+    ApiKey,
+    ServerState,
+    error_response,
+)
 from impl.server.schemas import (
     CreateSamplingSessionRequest,
     CreateSamplingSessionResponse,
@@ -15,22 +23,37 @@ from impl.server.schemas import (
     JoinSamplingSessionRequest,
     JoinSamplingSessionResponse,
 )
+from impl.server.state import State
 
-_UNKNOWN = {404: {"description": "unknown session"}}
+_UNKNOWN = {404: error_response("unknown session")}
 router = APIRouter(prefix="/api/v1", tags=["sessions"], responses=AUTH_RESPONSES)
 
 
 def _unknown(session_id: str) -> ApiError:
     return ApiError(
-        404, f"unknown session_id {session_id!r}: create it with /api/v1/create_session"
+        404,
+        f"unknown session_id {limits.quote(session_id)}: create it with /api/v1/create_session",
     )
+
+
+def _check_ids(state: State, **ids: str) -> None:
+    """422 for the first id longer than the server's limit."""
+    for name, value in ids.items():
+        problem = state.limits.id_problem(name, value)
+        if problem is not None:
+            raise ApiError(422, problem)
 
 
 @router.post("/create_session")
 async def create_session(
-    _: CreateSessionRequest, __: ApiKey, state: ServerState
+    request: CreateSessionRequest, __: ApiKey, state: ServerState
 ) -> CreateSessionResponse:
-    """A new session id."""
+    """A new session id. Tags: at most --max-tags, each at most --max-id-length characters."""
+    most = state.limits.max_tags
+    if len(request.tags) > most:
+        raise ApiError(422, f"{len(request.tags)} tags; the limit is {most} (--max-tags)")
+    for tag in request.tags:
+        _check_ids(state, tag=tag)
     return CreateSessionResponse(session_id=state.sessions.create())
 
 
@@ -39,6 +62,7 @@ async def create_sampling_session(
     request: CreateSamplingSessionRequest, _: ApiKey, state: ServerState
 ) -> CreateSamplingSessionResponse:
     """A sampling session in a session; the same seq id gives the same sampling session id."""
+    _check_ids(state, session_id=request.session_id, base_model=request.base_model)
     sampling_id = state.sessions.create_sampling(
         request.session_id, request.sampling_session_seq_id, request.base_model
     )
@@ -69,6 +93,7 @@ async def session_heartbeat(
     request: HeartbeatRequest, _: ApiKey, state: ServerState
 ) -> HeartbeatResponse:
     """Keeps a session alive."""
+    _check_ids(state, session_id=request.session_id)
     if not state.sessions.heartbeat(request.session_id):
         raise _unknown(request.session_id)
     return HeartbeatResponse()
@@ -79,6 +104,7 @@ async def finish_session(
     session_id: str, _: ApiKey, state: ServerState, __: AnyBody
 ) -> dict[str, str]:
     """Ends a session and its sampling sessions (results already submitted stay retrievable)."""
+    _check_ids(state, session_id=session_id)
     if not state.sessions.finish(session_id):
         raise _unknown(session_id)
     return {"status": "finished"}
