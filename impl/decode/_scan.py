@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from impl.decode import MAX_DEPTH
 from impl.decode._common import Unsure
 from impl.decode._numbers import spans_are_numbers
 
@@ -28,7 +29,6 @@ _ESCAPES = frozenset(b'"\\/bfnrtu')
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _MARKED = bytes(1 if _CLASS[byte] else 0 for byte in range(256))
 _WS = b" \t\n\r"
-_MAX_DEPTH = 512
 _SMALL = 16384  # skipped values up to this size are checked by the stdlib parser
 
 # The string-free copy of a region: X (invalid there, whitespace included: such a region is
@@ -124,7 +124,7 @@ class Index:
         self.pos = where[keep]
         is_open = kind[keep] == _OPEN
         depth = np.cumsum(np.where(is_open, 1, -1))
-        if not len(depth) or depth[-1] != 0 or np.any(depth[:-1] <= 0) or depth.max() > _MAX_DEPTH:
+        if not len(depth) or depth[-1] != 0 or np.any(depth[:-1] <= 0) or depth.max() > MAX_DEPTH:
             raise Unsure  # not exactly one balanced top-level value
         if body[: self.pos[0]].strip(_WS) or body[self.pos[-1] + 1 :].strip(_WS):
             raise Unsure

@@ -11,7 +11,8 @@ duplicates resolved as the reference does. `token_ids` and `token_logprobs` are 
 against JSON's number grammar with vectorised checks and parsed by numpy; an array that is
 not plain compact numbers (a null, whitespace, nesting) is parsed alone by the stdlib.
 Anything else it cannot vouch for (NaN/Infinity outside strings, unbalanced or mismatched
-brackets, a top level that is not an object, very deep nesting) goes to the reference.
+brackets, a top level that is not an object, nesting deeper than MAX_DEPTH, a run of digits
+longer than MAX_INT_DIGITS) goes to the reference.
 
 Bytes it skips (token strings, top_logprobs, text_offset, usage) are still validated, so it
 rejects exactly what the reference rejects: `Index` checks every escape and raw control byte,
@@ -39,6 +40,7 @@ from impl.decode._common import (
     stop_reason,
     tokens_from_list,
 )
+from impl.decode._limits import may_hold_long_integer
 from impl.decode._numbers import parse_floats, parse_ints
 from impl.decode._scan import Index, check_skipped, ref
 
@@ -48,6 +50,8 @@ class FromstringDecoder:
         self, body: bytes, *, prompt_tokens: Seq[int] | None = None, topk_prompt_logprobs: int = 0
     ) -> Completion:
         body = as_bytes(body)
+        if may_hold_long_integer(body):  # its number checks take integers of any length
+            return reference(body, prompt_tokens, topk_prompt_logprobs)
         try:
             return self._fast(body, prompt_tokens, topk_prompt_logprobs)
         except Unsure:

@@ -5,6 +5,9 @@ they hand bodies their fast path cannot handle to it (so it is also the universa
 Choices of this reference that the contract leaves open:
 - the body is read as UTF-8 with invalid bytes tolerated (`surrogateescape`): decoders return
   no strings, so string contents are only checked against JSON's grammar;
+- bodies nested deeper than `MAX_DEPTH` and integers of more than `MAX_INT_DIGITS` digits
+  are rejected, wherever they are, whatever the call stack or `sys.int_max_str_digits`
+  (`_limits.py`);
 - NaN / Infinity literals are rejected; a number that overflows a double (`1e400`) is accepted
   where it is ignored, but not as a logprob (a logprob must be a finite double);
 - a JSON `true`/`false` is not an integer (Python's `bool` is), so it is not a token id;
@@ -33,6 +36,7 @@ from impl.decode import (
     TopK,
     decode_error,
 )
+from impl.decode._limits import LongInteger, bounded_int, check_depth, may_hold_long_integer
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -73,10 +77,16 @@ class JsonDecoder:
         def reject_constant(name: str) -> None:
             raise decode_error(f"not JSON: the literal {name} is not allowed", body)
 
+        check_depth(body)  # before parsing: the parser then never recurses deeper than this
+        parse_int = bounded_int if may_hold_long_integer(body) else None
         try:
             return json.loads(
-                body.decode("utf-8", "surrogateescape"), parse_constant=reject_constant
+                body.decode("utf-8", "surrogateescape"),
+                parse_constant=reject_constant,
+                parse_int=parse_int,
             )
+        except LongInteger as exc:
+            raise decode_error(str(exc), body) from None
         except DecodeError:
             raise
         except (ValueError, RecursionError) as exc:

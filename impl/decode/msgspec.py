@@ -6,6 +6,8 @@ building objects for tokens, top_logprobs or text. Token ids are range-checked b
 itself (int32 bounds in the type); the number lists still become Python ints/floats before
 numpy. Strict typing rejects some bodies the reference accepts (a non-string finish_reason,
 `1e400` in a logprob); any msgspec error hands the body to the reference, which decides.
+msgspec skips ignored values without the contract's limits: `check_depth` applies the nesting
+limit, and a body that may hold an integer over MAX_INT_DIGITS digits goes to the reference.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from impl.decode._common import (
     reference,
     stop_reason,
 )
+from impl.decode._limits import check_depth, may_hold_long_integer
 
 _NULL = msgspec.Raw(b"null")
 Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
@@ -55,10 +58,13 @@ class MsgspecDecoder:
         self, body: bytes, *, prompt_tokens: Seq[int] | None = None, topk_prompt_logprobs: int = 0
     ) -> Completion:
         body = as_bytes(body)
+        if may_hold_long_integer(body):  # msgspec skips such integers in ignored fields
+            return reference(body, prompt_tokens, topk_prompt_logprobs)
         try:
             doc = self._decoder.decode(body)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             return reference(body, prompt_tokens, topk_prompt_logprobs)
+        check_depth(body)
         choices = sorted(doc.choices, key=lambda choice: choice.index)
         sequences = []
         for choice in choices:

@@ -4,7 +4,9 @@ orjson builds the whole document as Python objects (every token string, every to
 dict, every float), then the numeric lists are converted with numpy. Fast JSON, but the
 object graph dominates on realistic vLLM bodies (~80 bytes and several objects per token).
 orjson is stricter than the reference in places (it rejects `1e400` and lone surrogates,
-and reads integers beyond 64 bits as floats); when it rejects a body the reference decides.
+and reads integers beyond 64 bits as floats, so an integer over MAX_INT_DIGITS digits is an
+infinite double it rejects); when it rejects a body the reference decides. Its nesting limit is
+1024 levels: `check_depth` applies the contract's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import orjson
 
 from impl.decode import Completion
 from impl.decode._common import as_bytes, completion_from_document, reference
+from impl.decode._limits import check_depth
 
 
 class OrjsonDecoder:
@@ -26,6 +29,7 @@ class OrjsonDecoder:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError:
             return reference(body, prompt_tokens, topk_prompt_logprobs)
+        check_depth(body)  # orjson itself stops at 1024 levels, the contract at MAX_DEPTH
         return completion_from_document(doc, body, prompt_tokens, topk_prompt_logprobs)
 
 

@@ -14,7 +14,10 @@ the shared checked conversion, for that array only. Caveats handled here:
   20 MB); otherwise both arrays take the exact `as_list()` path;
 - simdjson returns the first of duplicated keys (the reference: the last) and accepts a UTF-8
   BOM; both, and every body simdjson rejects (`1e400`, integers beyond 64 bits, invalid UTF-8),
-  go to the reference.
+  go to the reference;
+- simdjson's nesting limit is 1024 levels and pysimdjson (7.0) exposes no option to lower it,
+  so `check_depth` applies the contract's MAX_DEPTH on the bytes (a vectorised pass: its cost
+  on the 262144-token vLLM body is in the README).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from impl.decode._common import (
     stop_reason,
     tokens_from_list,
 )
+from impl.decode._limits import check_depth
 
 
 def _keys_unique(obj: Any) -> bool:
@@ -154,6 +158,7 @@ class SimdjsonDecoder:
         except (ValueError, UnicodeDecodeError):  # not JSON to simdjson: the reference decides
             raise Unsure from None
         try:
+            check_depth(body)  # simdjson itself stops at 1024 levels, the contract at MAX_DEPTH
             return _convert(doc, body, prompt_tokens, k)
         finally:
             del doc

@@ -4,7 +4,8 @@ ujson builds Python objects like orjson (a little slower here). It accepts thing
 reference rejects: NaN / Infinity literals, raw control characters in strings, numbers like
 `01`, `1.` or a bare `-`. A vectorised pre-scan sends any body that could hold one of those
 to the reference: `NaN` or `Infinity` anywhere, a byte below 0x20 (so pretty-printed bodies
-take the slow path), a number (after `[ , :` or whitespace, optionally signed) starting with
+take the slow path), a run of more than MAX_INT_DIGITS digits (ujson follows
+`sys.int_max_str_digits`), a number (after `[ , :` or whitespace, optionally signed) starting with
 0 and another digit, a digit and a dot not followed by a digit, a minus after `[ , :` or
 whitespace not followed by a digit. The scan also fires on string contents (a false alarm
 only costs speed), so a lenient parse never gets through. The scan costs ~10 passes over the
@@ -20,6 +21,7 @@ import ujson
 
 from impl.decode import Completion
 from impl.decode._common import as_bytes, completion_from_document, reference
+from impl.decode._limits import check_depth, may_hold_long_integer
 
 _DIGIT = np.zeros(256, dtype=bool)
 _DIGIT[ord("0") : ord("9") + 1] = True
@@ -48,12 +50,13 @@ class UjsonDecoder:
         self, body: bytes, *, prompt_tokens: Seq[int] | None = None, topk_prompt_logprobs: int = 0
     ) -> Completion:
         body = as_bytes(body)
-        if _suspect(body):
+        if _suspect(body) or may_hold_long_integer(body):
             return reference(body, prompt_tokens, topk_prompt_logprobs)
         try:
             doc = ujson.loads(body)
         except (ValueError, OverflowError, RecursionError):
             return reference(body, prompt_tokens, topk_prompt_logprobs)
+        check_depth(body)  # ujson itself stops at 1024 levels, the contract at MAX_DEPTH
         return completion_from_document(doc, body, prompt_tokens, topk_prompt_logprobs)
 
 
