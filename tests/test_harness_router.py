@@ -163,3 +163,30 @@ def test_body_cache_is_bounded(router):
             assert _post_many(r.url, [_request(prompt)])[0][0] == 200
     assert procs.fetch_json(small.url + "/stats")["rendered"] == 2
     assert procs.fetch_json(bounded.url + "/stats")["rendered"] == 3
+
+
+def test_body_cache_is_keyed_by_a_digest():
+    """A huge prompt is held by no cache entry and rendered once: keys are 16-byte digests of
+    (prompt, n, max_tokens, seed, prompt_logprobs); a repeat is served from the cache."""
+    from impl.harness.router import Bodies, Stats
+
+    stats = Stats()
+    cache = Bodies("minimal", 64 << 20, stats)
+    huge = list(range(2_000_000))
+    payload = json.dumps({"prompt": huge, "max_tokens": 2, "seed": 3}).encode()
+    request = Bodies.key(payload)
+    assert len(request[0]) == 16 and request[1] == huge
+    other = Bodies.key(json.dumps({"prompt": huge, "max_tokens": 2, "seed": 4}).encode())
+    assert other[0] != request[0]
+    small = Bodies.key(b'{"prompt": [1, 2], "max_tokens": 2}')
+
+    async def serve() -> list[bytes]:
+        return [await cache.get(r) for r in (request, Bodies.key(payload), small, small)]
+
+    first, again, tiny, tiny_again = asyncio.run(serve())
+    assert first == again and tiny == tiny_again
+    assert stats.snapshot()["rendered"] == 2
+    assert all(type(key) is bytes and len(key) == 16 for key in cache._cache)
+    choices = generate(huge, n=1, max_tokens=2, seed=3)
+    want = completion_body(choices, kind="minimal", prompt_tokens=huge, prompt_logprobs=None)
+    assert first == want

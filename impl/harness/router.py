@@ -62,6 +62,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import multiprocessing
 import os
 import random
@@ -72,6 +73,7 @@ from collections import OrderedDict
 from functools import cache
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 try:
@@ -184,17 +186,31 @@ class _BadRequest(Exception):
         self.status, self.text = status, text
 
 
+def _digest(prompt: list[int], params: tuple) -> bytes:
+    """16 bytes that stand for (prompt, params) in the cache: hashing and comparing a cache key
+    then costs the same for a 25M-token prompt as for a 4-token one."""
+    try:
+        tokens = np.asarray(prompt, dtype=np.int64).tobytes()
+    except OverflowError:  # ids beyond int64: rare, slower, still exact
+        tokens = repr(prompt).encode()
+    hasher = hashlib.blake2b(tokens, digest_size=16)
+    hasher.update(repr(params).encode())
+    return hasher.digest()
+
+
 class Bodies:
-    """Rendered completion bodies, cached by request key (LRU within a byte budget)."""
+    """Rendered completion bodies, cached by a digest of the request (LRU within a byte
+    budget). The digest, not the prompt, is the key: a huge prompt is hashed once per request
+    and held by no cache entry."""
 
     def __init__(self, kind: str, budget_bytes: int, stats: Stats) -> None:
         self.kind, self.budget, self.stats = kind, budget_bytes, stats
-        self._cache: OrderedDict[tuple, Any] = OrderedDict()
+        self._cache: OrderedDict[bytes, Any] = OrderedDict()
         self._bytes = 0
 
     @staticmethod
     def key(payload: bytes) -> tuple:
-        """(prompt, n, max_tokens, seed, prompt_logprobs) of a request, or _BadRequest."""
+        """(digest, prompt, n, max_tokens, seed, prompt_logprobs) of a request, or _BadRequest."""
         try:
             request = _loads(payload)
         except (_JSONError, UnicodeDecodeError):
@@ -213,21 +229,25 @@ class Bodies:
         if plp is not None and (type(plp) is not int or plp < 0):
             raise _BadRequest(422, "prompt_logprobs must be a non-negative integer")
         seed = request.get("seed")
-        return (tuple(prompt), n, max_tokens, 0 if seed is None else int(seed), plp)
+        params = (n, max_tokens, 0 if seed is None else int(seed), plp)
+        return (_digest(prompt, params), prompt, *params)
 
-    async def get(self, key: tuple) -> bytes:
-        """The body for `key`: cached, or rendered once (in a thread) however many ask at once."""
+    async def get(self, request: tuple) -> bytes:
+        """The body for `request` (from `key`): cached, or rendered once (in a thread) however
+        many ask at once."""
+        key = request[0]
         entry = self._cache.get(key)
         if isinstance(entry, bytes):
             self._cache.move_to_end(key)
             return entry
         if entry is None:  # a client that goes away does not cancel the shared render
-            entry = self._cache[key] = asyncio.ensure_future(self._fill(key))
+            entry = self._cache[key] = asyncio.ensure_future(self._fill(key, request[1:]))
         return await asyncio.shield(entry)
 
-    async def _fill(self, key: tuple) -> bytes:
+    async def _fill(self, key: bytes, request: tuple) -> bytes:
         try:
-            body = await asyncio.get_running_loop().run_in_executor(None, self._render, key)
+            loop = asyncio.get_running_loop()
+            body = await loop.run_in_executor(None, self._render, request)
         except BaseException:
             self._cache.pop(key, None)
             raise
@@ -240,10 +260,10 @@ class Bodies:
             self._bytes -= len(self._cache.pop(old_key))
         return body
 
-    def _render(self, key: tuple) -> bytes:
+    def _render(self, request: tuple) -> bytes:
         from impl.harness.bodies import completion_body, generate
 
-        prompt, n, max_tokens, seed, plp = key
+        prompt, n, max_tokens, seed, plp = request
         choices = generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
         return completion_body(choices, kind=self.kind, prompt_tokens=prompt, prompt_logprobs=plp)
 
