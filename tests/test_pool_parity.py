@@ -145,16 +145,21 @@ def test_refused_connection_is_connect_error(name: str) -> None:
     with socket.socket() as bound:  # bound, never listening: the kernel refuses connects
         bound.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{bound.getsockname()[1]}{PATH}"
-        with pytest.raises(ConnectError):
+        with pytest.raises(ConnectError) as info:
             forward(name, lambda c: c.post(url, b"{}", {}))
+    kind, _, detail = str(info.value).partition(": ")
+    assert kind and detail.strip(), str(info.value)
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("fault", ["truncate", "reset"])
 def test_failure_after_sending_is_read_error(name: str, fault: str, router: Proc) -> None:
-    """Upstream closes mid-answer or resets after reading the request: ReadError."""
-    with pytest.raises(ReadError):
+    """Upstream closes mid-answer or resets after reading the request: ReadError, whose message
+    names the library's exception class and says what happened (never empty)."""
+    with pytest.raises(ReadError) as info:
         forward(name, lambda c: c.post(router.url + PATH, b"{}", {"X-Hotpath-Fault": fault}))
+    kind, _, detail = str(info.value).partition(": ")
+    assert kind.isidentifier() and detail.strip(), str(info.value)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -27,6 +27,21 @@ class ReadError(ForwardError):
     """Failed after the request was sent (reset, closed mid-body, read timeout): not retried."""
 
 
+def describe(exc: BaseException) -> str:
+    """`"Class: message"` of a library's exception, for a ConnectError/ReadError to say what
+    happened. An empty message (httpx's ReadError on a reset has none) is filled from the
+    exceptions it was raised from, down to the OS error when there is one."""
+    text, inner = str(exc), exc
+    for _ in range(8):  # a bounded walk down __cause__ / __context__
+        if text:
+            break
+        inner = inner.__cause__ or inner.__context__
+        if inner is None:
+            break
+        text = f"{type(inner).__name__}: {inner}" if str(inner) else ""
+    return f"{type(exc).__name__}: {text or 'no message (the connection was closed or reset)'}"
+
+
 @dataclass(frozen=True)
 class Reply:
     status: int

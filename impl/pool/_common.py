@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from impl.pool import ConnectError, ForwardError, ReadError, Reply
+from impl.pool import ConnectError, ForwardError, ReadError, Reply, describe
 
 DEFAULT_MAX_CONNECTIONS = 1024
 KEEPALIVE_SECONDS = 30.0
@@ -52,12 +52,12 @@ def aiohttp_error(exc: BaseException) -> ForwardError:
     import aiohttp
 
     if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-        return ConnectError(f"{type(exc).__name__}: {exc}")
+        return ConnectError(describe(exc))
     if isinstance(exc, aiohttp.InvalidURL):
         return ConnectError(f"invalid URL: {exc}")
     # ServerDisconnectedError, ClientPayloadError, ClientOSError on an established connection,
     # SocketTimeoutError (sock_read), ClientResponseError (unparseable answer): after sending.
-    return ReadError(f"{type(exc).__name__}: {exc}")
+    return ReadError(describe(exc))
 
 
 def aiohttp_session(options: Options, **session_kwargs: Any) -> Any:
@@ -95,11 +95,11 @@ class HttpxForwarder:
         try:
             response = await self._client.post(url, content=body, headers=headers)
         except self._connect_errors as exc:
-            raise ConnectError(f"{type(exc).__name__}: {exc}") from exc
+            raise ConnectError(describe(exc)) from exc
         except self._unsent_errors as exc:
             raise ConnectError(f"invalid URL: {exc}") from exc
         except self._errors as exc:  # ReadError, ReadTimeout, RemoteProtocolError, WriteError, ...
-            raise ReadError(f"{type(exc).__name__}: {exc}") from exc
+            raise ReadError(describe(exc)) from exc
         return Reply(
             response.status_code, response.content, response.headers.get("content-type", "")
         )

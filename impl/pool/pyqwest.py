@@ -30,7 +30,7 @@ from typing import Any
 
 import pyqwest
 
-from impl.pool import ConnectError, ReadError, Reply
+from impl.pool import ConnectError, ReadError, Reply, describe
 from impl.pool._common import KEEPALIVE_SECONDS, Options, acquire_slot
 
 _AFTER_SEND = (pyqwest.WriteError, pyqwest.ReadError, pyqwest.RemoteProtocolError, TimeoutError)
@@ -58,9 +58,9 @@ class PyqwestForwarder:
         try:
             response = await self._client.post(url, headers=headers, content=body)
         except ConnectionError as exc:  # includes pyqwest.ConnectTimeout; nothing was sent
-            raise ConnectError(f"{type(exc).__name__}: {exc}") from exc
+            raise ConnectError(describe(exc)) from exc
         except _AFTER_SEND as exc:
-            raise ReadError(f"{type(exc).__name__}: {exc}") from exc
+            raise ReadError(describe(exc)) from exc
         except ValueError as exc:  # an unparseable URL: never sent
             raise ConnectError(f"invalid request: {exc}") from exc
         finally:
