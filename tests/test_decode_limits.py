@@ -38,6 +38,8 @@ def nested(levels: int, style: str) -> bytes:
     """A value `levels` deep (arrays, objects, or arrays whose strings hold brackets)."""
     if style == "arrays":
         return b"[" * levels + b"1" + b"]" * levels
+    if style == "empty":  # nothing at the bottom: simdjson counts one level less there
+        return b"[" * levels + b"]" * levels
     if style == "objects":
         return b'{"a": ' * levels + b"1" + b"}" * levels
     return b'["]]}}\\"[", ' * levels + b'"\\\\"' + b"]" * levels
@@ -58,7 +60,7 @@ def expect_same_error(decoder, body: bytes, words: str) -> None:
 
 
 @pytest.mark.parametrize("where", ["top", "choice", "vllm"])
-@pytest.mark.parametrize("style", ["arrays", "objects", "strings"])
+@pytest.mark.parametrize("style", ["arrays", "empty", "objects", "strings"])
 def test_depth_limit_plus_minus_one(decoder, where, style):
     """Depth MAX_DEPTH - 1 and MAX_DEPTH decode as the reference does; MAX_DEPTH + 1 is refused
     by every decoder with the reference's message."""
@@ -157,3 +159,30 @@ def test_may_hold_long_integer_finds_every_position():
         pad = b" " * offset
         assert _limits.may_hold_long_integer(pad + _digits(MAX_INT_DIGITS + 1) + b" ")
         assert not _limits.may_hold_long_integer(pad + _digits(MAX_INT_DIGITS) + b" 1")
+
+
+@pytest.mark.skipif(
+    registry.unavailable_reason("decode", "simdjson") is not None,
+    reason=str(registry.unavailable_reason("decode", "simdjson")),
+)
+def test_simdjson_wrapped_parse_applies_the_limit(monkeypatch):
+    """Bodies of 1 MB or more are parsed inside one-element arrays that make simdjson's own
+    1024-level limit the contract's: the same answers as the reference at the limit ±1 (every
+    body here takes that path), and a body that is not one value is never accepted."""
+    import impl.decode.simdjson as module
+
+    monkeypatch.setattr(module, "_WRAP_FROM", 0)
+    decoder = registry.create("decode", "simdjson")
+    for where in ("top", "choice", "vllm"):
+        for style in ("arrays", "empty", "objects", "strings"):
+            for depth in (MAX_DEPTH - 1, MAX_DEPTH):
+                body = with_extra(nested(depth - depth_of(where), style), where)
+                assert_same(decoder.decode(body), REFERENCE.decode(body))
+            body = with_extra(nested(MAX_DEPTH + 1 - depth_of(where), style), where)
+            expect_same_error(decoder, body, "levels deep")
+    valid = with_extra(b"1", "top")
+    for body in (b"", b"1], [2", valid + b"], [" + valid, b"[" + valid + b"]", b"]" + valid):
+        with pytest.raises(DecodeError):
+            REFERENCE.decode(body)
+        with pytest.raises(DecodeError):
+            decoder.decode(body)

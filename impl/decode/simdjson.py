@@ -15,9 +15,14 @@ the shared checked conversion, for that array only. Caveats handled here:
 - simdjson returns the first of duplicated keys (the reference: the last) and accepts a UTF-8
   BOM; both, and every body simdjson rejects (`1e400`, integers beyond 64 bits, invalid UTF-8),
   go to the reference;
-- simdjson's nesting limit is 1024 levels and pysimdjson (7.0) exposes no option to lower it,
-  so `check_depth` applies the contract's MAX_DEPTH on the bytes (a vectorised pass: its cost
-  on the 262144-token vLLM body is in the README).
+- simdjson stops at 1024 levels (a scalar counts as one more level than its array) and
+  pysimdjson 7 has no option to lower that; so a body of 1 MB or more is parsed inside
+  `1024 - MAX_DEPTH` one-element arrays, which makes simdjson itself refuse a body deeper than
+  MAX_DEPTH (and, as a false alarm the reference then decodes, a body of exactly MAX_DEPTH with
+  a scalar at the bottom); the wrappers cost one copy of the body. Each wrapper must hold
+  exactly one element, or the body was not one value (`1], [2`): the reference decides.
+  Smaller bodies get `check_depth` (a vectorised scan; a few `find`s when they hold no more
+  than MAX_DEPTH brackets).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 import numpy as np
 import simdjson
 
-from impl.decode import Completion, DecodeError, Sequence, decode_error
+from impl.decode import MAX_DEPTH, Completion, DecodeError, Sequence, decode_error
 from impl.decode._common import (
     Unsure,
     as_bytes,
@@ -43,6 +48,19 @@ from impl.decode._common import (
     tokens_from_list,
 )
 from impl.decode._limits import check_depth
+
+_WRAPPERS = 1024 - MAX_DEPTH
+_OPEN, _CLOSE = b"[" * _WRAPPERS, b"]" * _WRAPPERS
+_WRAP_FROM = 1 << 20  # bytes: smaller bodies take check_depth instead
+
+
+def _unwrap(doc: Any) -> Any:
+    """The body's value inside the wrappers; Unsure unless each wrapper holds exactly it."""
+    for _ in range(_WRAPPERS):
+        if len(doc) != 1:
+            raise Unsure
+        doc = doc[0]
+    return doc
 
 
 def _keys_unique(obj: Any) -> bool:
@@ -147,18 +165,23 @@ class SimdjsonDecoder:
             return reference(body, prompt_tokens, topk_prompt_logprobs)
 
     def _decode(self, body: bytes, prompt_tokens: Seq[int] | None, k: int) -> Completion:
+        wrapped = len(body) >= _WRAP_FROM
+        if not wrapped:
+            check_depth(body)
+        data = b"".join((_OPEN, body, _CLOSE)) if wrapped else body
         try:
-            doc = self._parser().parse(body)
+            doc = self._parser().parse(data)
         except RuntimeError:  # a proxy of the previous document is still alive somewhere
             self._local.parser = None
             try:
-                doc = self._parser().parse(body)
+                doc = self._parser().parse(data)
             except (ValueError, RuntimeError, UnicodeDecodeError):
                 raise Unsure from None
         except (ValueError, UnicodeDecodeError):  # not JSON to simdjson: the reference decides
             raise Unsure from None
         try:
-            check_depth(body)  # simdjson itself stops at 1024 levels, the contract at MAX_DEPTH
+            if wrapped:
+                doc = _unwrap(doc)
             return _convert(doc, body, prompt_tokens, k)
         finally:
             del doc
