@@ -180,11 +180,24 @@ def test_too_many_tags_is_422(server):
 
 @pytest.mark.parametrize("path", ALL_ROUTES)
 def test_body_over_the_route_cap_is_413(server, path):
-    """The small routes' cap is 64 KiB; asample's is sized by --max-prompt-tokens."""
-    size = (13 << 20) if path == "/api/v1/asample" else (65 << 10)
+    """The small routes' cap is 64 KiB (telemetry's 1 MiB); asample's is sized by
+    --max-prompt-tokens."""
+    size = {"/api/v1/asample": 13 << 20, "/api/v1/telemetry": 1 << 20}.get(path, 64 << 10)
     body = b'{"request_id": "' + b"a" * size + b'"}'
     detail = _refused(server, path, body, 413, "request body over")
     assert ("--max-prompt-tokens" if path == "/api/v1/asample" else "--max-body-bytes") in detail
+
+
+def test_telemetry_takes_a_large_batch(server):
+    """100 events with stack traces (~500 KB) fit telemetry's cap."""
+    event = {"event": "exception", "trace": "x" * 5000, "ts": 1.5}
+    body = json.dumps({"events": [event] * 100}).encode()
+    connection = Connection(server.url)
+    try:
+        status, raw = connection.post("/api/v1/telemetry", body)
+        assert (status, json.loads(raw)) == (200, {"status": "accepted"})
+    finally:
+        connection.close()
 
 
 def _peak_rss_kib(pid: int) -> int:

@@ -82,10 +82,10 @@ class HotpathApp(FastAPI):
     async def _checked_body(self, scope: Any, receive: Any, send: Any) -> Any:
         """A `receive` that replays the body once it passed the size cap and `strict_json`,
         or None after answering 413 / 400 (FastAPI's own parser would answer 500 for some)."""
-        cap = self.limits.max_body_bytes
+        cap, flag = self.limits.body_cap(scope["path"])
         body = await limits_module.read_capped(scope, receive, cap)
         if body is None:
-            message = limits_module.size_message(cap, "--max-body-bytes")
+            message = limits_module.size_message(cap, flag)
             await respond(send, 413, limits_module.error_body(message))
             return None
         problem = limits_module.strict_json(body) if body else None

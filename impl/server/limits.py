@@ -32,6 +32,10 @@ MAX_REQUEST_DEPTH = 32
 DRAIN_LIMIT = 64 << 20
 #: JSON bytes per prompt token an asample body is allowed (a 10-digit id and a comma, + 1).
 BYTES_PER_PROMPT_TOKEN = 12
+#: Telemetry's cap in units of --max-body-bytes: the SDK sends up to 100 events per batch,
+#: each possibly with a stack trace.
+TELEMETRY_FACTOR = 16
+TELEMETRY_PATH = "/api/v1/telemetry"
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,12 @@ class Limits:
     def asample_body_bytes(self) -> int:
         """asample's body cap: the largest prompt plus one small body for everything else."""
         return self.max_prompt_tokens * BYTES_PER_PROMPT_TOKEN + self.max_body_bytes
+
+    def body_cap(self, path: str) -> tuple[int, str]:
+        """The body cap of a route other than asample, and the flag that sets it."""
+        if path == TELEMETRY_PATH:
+            return self.max_body_bytes * TELEMETRY_FACTOR, f"{TELEMETRY_FACTOR} x --max-body-bytes"
+        return self.max_body_bytes, "--max-body-bytes"
 
     @classmethod
     def from_settings(cls, settings: Any) -> Limits:

@@ -104,7 +104,9 @@ class Settings:
         256, "longest request_id, session_id, sampling_session_id or base_model accepted (422)"
     )
     max_body_bytes: int = _opt(
-        64 << 10, "body cap of every route but asample, checked before the body is read (413)"
+        64 << 10,
+        "body cap of every route but asample (telemetry: 16 times it), checked before the body "
+        "is read (413)",
     )
     max_prompt_tokens: int = _opt(
         1 << 20,

@@ -54,6 +54,6 @@ AUTH_RESPONSES: dict[int | str, dict] = {
         "or nested deeper than 32 levels"
     ),
     401: error_response("missing or invalid API key"),
-    413: error_response("request body over --max-body-bytes"),
+    413: error_response("request body over --max-body-bytes (telemetry: 16 times that)"),
     422: error_response("the body does not match the schema, or an id/tag list over its limit"),
 }
