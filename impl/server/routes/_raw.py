@@ -3,8 +3,8 @@
 `RawRoute` is an `APIRoute` (so it appears in the OpenAPI schema with the request and response
 schemas given in `openapi_extra`) whose ASGI app is the raw handler: no dependency solving, no
 pydantic, no JSONResponse. `HotpathApp` in app.py dispatches these paths before the middleware
-stack. The helpers read the body, write a complete response, check the API key, and tell
-whether the client is already gone.
+stack. The helpers write a complete response, check the API key, and tell whether the client
+is already gone; bodies are read with `impl.server.limits.read_capped` (a per-route cap).
 """
 
 from __future__ import annotations
@@ -39,26 +39,6 @@ class RawRoute(APIRoute):
         super().__init__(path, documented, **kwargs)
         self.app = asgi
         self.raw = asgi
-
-
-#: Largest request body the hot routes read (a 262k-token prompt is ~2 MB of JSON).
-MAX_BODY = 64 << 20
-
-
-async def read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None when it is larger than MAX_BODY."""
-    message = await receive()
-    body = message.get("body", b"")
-    if not message.get("more_body"):
-        return body
-    chunks, size = [body], len(body)
-    while message.get("more_body"):
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        if size > MAX_BODY:
-            return None
-    return b"".join(chunks)
 
 
 async def respond(
