@@ -259,3 +259,24 @@ def test_chunked_body_over_the_cap_is_413(server):
     first, second = data.split(b"HTTP/1.1 ")[1:3]
     assert first.startswith(b"413") and b"--max-body-bytes" in first
     assert second.startswith(b"200") and b'"status":"ok"' in second
+
+
+@pytest.mark.parametrize("path", ["/api/v1/retrieve_future", "/api/v1/create_session"])
+def test_declared_length_over_the_drain_limit_is_refused_unread(server, path):
+    """Content-Length of 1 GiB, 1 KiB sent: 413 at once (nothing more is waited for) and the
+    connection is closed, since the rest will not be read."""
+    parts = urlsplit(server.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nX-API-Key: {API_KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {1 << 30}\r\n\r\n"
+        ).encode()
+        sock.sendall(head + b"{" + b" " * 1023)
+        data = b""
+        while True:
+            more = sock.recv(65536)
+            if not more:
+                break  # closed by the server
+            data += more
+    assert data.startswith(b"HTTP/1.1 413"), data[:200]
+    assert b"connection: close" in data.lower() and len(data) < SMALL

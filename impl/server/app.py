@@ -84,9 +84,9 @@ class HotpathApp(FastAPI):
         or None after answering 413 / 400 (FastAPI's own parser would answer 500 for some)."""
         cap, flag = self.limits.body_cap(scope["path"])
         body = await limits_module.read_capped(scope, receive, cap)
-        if body is None:
-            message = limits_module.size_message(cap, flag)
-            await respond(send, 413, limits_module.error_body(message))
+        if isinstance(body, limits_module.OverCap):
+            message = limits_module.error_body(limits_module.size_message(cap, flag))
+            await respond(send, 413, message, headers=body.headers)
             return None
         problem = limits_module.strict_json(body) if body else None
         if problem is not None:

@@ -7,7 +7,8 @@ request costs a response of a few hundred bytes, never an echo of its own size.
 Limits (flags, see `Settings`) are checked as early as the request allows:
 - body size per route: the `Content-Length` header is refused before a byte is read; a
   chunked body is read only up to the cap. The rest of an over-cap body is read and dropped
-  (a chunk at a time, up to `DRAIN_LIMIT`), so the keep-alive connection stays usable;
+  (a chunk at a time, up to `DRAIN_LIMIT`), so the keep-alive connection stays usable; past
+  that (or a larger declared length, refused unread) the 413 closes the connection;
 - nesting depth (`MAX_REQUEST_DEPTH`), NaN / Infinity, invalid UTF-8 and integers too long
   for Python: 400, checked by `strict_json` before FastAPI's own parser sees the body (the
   hot routes' msgspec decoders reject all of these themselves, except depth);
@@ -104,19 +105,34 @@ def declared_length(scope: dict[str, Any]) -> int | None:
     return None
 
 
+class OverCap:
+    """What `read_capped` returns for a body over the cap: `drained` when the rest was read
+    (the connection can carry the next request), else the response must close it."""
+
+    def __init__(self, drained: bool) -> None:
+        self.drained = drained
+
+    @property
+    def headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        return () if self.drained else ((b"connection", b"close"),)
+
+
 async def read_capped(
     scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], cap: int
-) -> bytes | None:
-    """The whole body, or None when it is over `cap` bytes (the rest is then read and dropped,
-    up to DRAIN_LIMIT, so the connection can carry the next request)."""
+) -> bytes | OverCap:
+    """The whole body, or OverCap when it is over `cap` bytes. The rest of an over-cap body is
+    read and dropped a chunk at a time when it is (or turns out) no larger than DRAIN_LIMIT;
+    a larger declared length is refused at once, unread, and the connection closed."""
     declared = declared_length(scope)
+    if declared is not None and declared > DRAIN_LIMIT:
+        return OverCap(drained=False)
     size = 0
     if declared is None or declared <= cap:
         chunks = []
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                return None  # the client went away
+                return OverCap(drained=False)  # the client went away
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > cap:
@@ -127,12 +143,14 @@ async def read_capped(
         chunks.clear()
     else:
         message = {"more_body": True}
-    while message.get("more_body") and size <= DRAIN_LIMIT:
+    while message.get("more_body"):
+        if size > DRAIN_LIMIT:
+            return OverCap(drained=False)
         message = await receive()
         if message["type"] != "http.request":
-            break
+            return OverCap(drained=False)
         size += len(message.get("body", b""))
-    return None
+    return OverCap(drained=True)
 
 
 def size_message(cap: int, flag: str) -> str:

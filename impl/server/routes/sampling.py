@@ -64,8 +64,9 @@ async def _decode(
     """The validated body, or None after answering 413 (over `cap`), 400 (not JSON, or nested
     deeper than the request limit) or 422 (wrong shape); every message is short."""
     body = await limits.read_capped(scope, receive, cap)
-    if body is None:
-        await respond(send, 413, limits.error_body(limits.size_message(cap, flag)))
+    if isinstance(body, limits.OverCap):
+        message = limits.error_body(limits.size_message(cap, flag))
+        await respond(send, 413, message, headers=body.headers)
         return None
     if not body.isascii():  # msgspec skips ignored strings without checking their UTF-8
         try:
