@@ -280,3 +280,21 @@ def test_declared_length_over_the_drain_limit_is_refused_unread(server, path):
             data += more
     assert data.startswith(b"HTTP/1.1 413"), data[:200]
     assert b"connection: close" in data.lower() and len(data) < SMALL
+
+
+def test_limits_come_from_the_settings():
+    """Each flag sets its limit; zero or negative values are refused at start-up."""
+    from impl.server.limits import Limits
+    from impl.server.settings import Settings
+
+    limits = Limits.from_settings(
+        Settings(max_id_length=8, max_body_bytes=100, max_prompt_tokens=10, max_tags=2)
+    )
+    assert "the limit is 8 (--max-id-length)" in limits.id_problem("request_id", "x" * 9)
+    assert limits.id_problem("request_id", "x" * 8) is None
+    assert limits.body_cap("/api/v1/session_heartbeat") == (100, "--max-body-bytes")
+    assert limits.body_cap("/api/v1/telemetry")[0] == 1600
+    assert limits.asample_body_bytes == 10 * 12 + 100
+    for name in ("max_id_length", "max_body_bytes", "max_prompt_tokens", "max_tags"):
+        with pytest.raises(ValueError, match=name):
+            Settings(**{name: 0})

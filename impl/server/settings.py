@@ -101,7 +101,8 @@ class Settings:
     )
     # -- request limits (impl/server/limits.py): bad input gets a short 4xx ------------------
     max_id_length: int = _opt(
-        256, "longest request_id, session_id, sampling_session_id or base_model accepted (422)"
+        256,
+        "longest request_id, session_id, sampling_session_id, base_model or tag accepted (422)",
     )
     max_body_bytes: int = _opt(
         64 << 10,
