@@ -15,7 +15,7 @@ import pytest
 from _server import API_KEY, start_server, start_upstream
 
 SMALL = 4096  # every error response is shorter than this
-HOT = ("/api/v1/asample", "/api/v1/retrieve_future")
+HOT = ("/api/v1/asample", "/api/v1/retrieve_future", "/api/v1/retrieve_futures")
 FASTAPI_ROUTES = (
     "/api/v1/create_session",
     "/api/v1/create_sampling_session",
@@ -23,6 +23,7 @@ FASTAPI_ROUTES = (
     "/api/v1/telemetry",
     "/api/v1/client/config",
     "/api/v1/sessions/s/finish",
+    "/api/v1/join_sampling_session",
 )
 ALL_ROUTES = HOT + FASTAPI_ROUTES
 
@@ -147,6 +148,12 @@ LONG = "q" * 300
         ),
         (f"/api/v1/sessions/{LONG}/finish", {}, "session_id"),
         ("/api/v1/create_session", {"tags": [LONG]}, "tag"),
+        ("/api/v1/join_sampling_session", {"sampling_session_id": LONG}, "sampling_session_id"),
+        (
+            "/api/v1/retrieve_futures",
+            {"target": {"sampling_session_id": LONG}},
+            "sampling_session_id",
+        ),
     ],
 )
 def test_long_ids_are_422_naming_the_limit(server, path, body, name):
@@ -180,9 +187,13 @@ def test_too_many_tags_is_422(server):
 
 @pytest.mark.parametrize("path", ALL_ROUTES)
 def test_body_over_the_route_cap_is_413(server, path):
-    """The small routes' cap is 64 KiB (telemetry's 1 MiB); asample's is sized by
-    --max-prompt-tokens."""
-    size = {"/api/v1/asample": 13 << 20, "/api/v1/telemetry": 1 << 20}.get(path, 64 << 10)
+    """The small routes' cap is 64 KiB (telemetry's 1 MiB, retrieve_futures' 16 MiB); asample's
+    is sized by --max-prompt-tokens."""
+    size = {
+        "/api/v1/asample": 13 << 20,
+        "/api/v1/telemetry": 1 << 20,
+        "/api/v1/retrieve_futures": 16 << 20,
+    }.get(path, 64 << 10)
     body = b'{"request_id": "' + b"a" * size + b'"}'
     detail = _refused(server, path, body, 413, "request body over")
     assert ("--max-prompt-tokens" if path == "/api/v1/asample" else "--max-body-bytes") in detail
@@ -294,6 +305,7 @@ def test_limits_come_from_the_settings():
     assert limits.id_problem("request_id", "x" * 8) is None
     assert limits.body_cap("/api/v1/session_heartbeat") == (100, "--max-body-bytes")
     assert limits.body_cap("/api/v1/telemetry")[0] == 1600
+    assert limits.body_cap("/api/v1/retrieve_futures") == (25600, "256 x --max-body-bytes")
     assert limits.asample_body_bytes == 10 * 12 + 100
     for name in ("max_id_length", "max_body_bytes", "max_prompt_tokens", "max_tags"):
         with pytest.raises(ValueError, match=name):

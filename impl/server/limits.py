@@ -36,7 +36,10 @@ BYTES_PER_PROMPT_TOKEN = 12
 #: Telemetry's cap in units of --max-body-bytes: the SDK sends up to 100 events per batch,
 #: each possibly with a stack trace.
 TELEMETRY_FACTOR = 16
-TELEMETRY_PATH = "/api/v1/telemetry"
+#: retrieve_futures' cap in the same units: its `retrieved_request_ids` acknowledge every
+#: result fetched since the previous poll (16 MiB: ~370k ids).
+POLL_FACTOR = 256
+_FACTORS = {"/api/v1/telemetry": TELEMETRY_FACTOR, "/api/v1/retrieve_futures": POLL_FACTOR}
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,9 @@ class Limits:
 
     def body_cap(self, path: str) -> tuple[int, str]:
         """The body cap of a route other than asample, and the flag that sets it."""
-        if path == TELEMETRY_PATH:
-            return self.max_body_bytes * TELEMETRY_FACTOR, f"{TELEMETRY_FACTOR} x --max-body-bytes"
+        factor = _FACTORS.get(path)
+        if factor is not None:
+            return self.max_body_bytes * factor, f"{factor} x --max-body-bytes"
         return self.max_body_bytes, "--max-body-bytes"
 
     @classmethod

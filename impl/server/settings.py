@@ -106,8 +106,8 @@ class Settings:
     )
     max_body_bytes: int = _opt(
         64 << 10,
-        "body cap of every route but asample (telemetry: 16 times it), checked before the body "
-        "is read (413)",
+        "body cap of every route but asample (telemetry: 16 times it, retrieve_futures: 256 "
+        "times), checked before the body is read (413)",
     )
     max_prompt_tokens: int = _opt(
         1 << 20,

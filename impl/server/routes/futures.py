@@ -44,8 +44,8 @@ async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
     state = scope["state"]["server"]
-    cap = state.limits.max_body_bytes
-    request = await _decode(_RETRIEVE_FUTURES, scope, receive, send, cap, "--max-body-bytes")
+    cap, flag = state.limits.body_cap("/api/v1/retrieve_futures")
+    request = await _decode(_RETRIEVE_FUTURES, scope, receive, send, cap, flag)
     if request is None:
         return None
     target = request.target

@@ -71,19 +71,20 @@ async def create_sampling_session(
     return CreateSamplingSessionResponse(sampling_session_id=sampling_id)
 
 
-@router.post("/join_sampling_session", responses={404: {"description": "unknown sampling session"}})
+@router.post("/join_sampling_session", responses={404: error_response("unknown sampling session")})
 async def join_sampling_session(
     request: JoinSamplingSessionRequest, _: ApiKey, state: ServerState
 ) -> JoinSamplingSessionResponse:
     """A new client of an existing sampling session (an unpickled SDK SamplingClient) gets its
     own `client_counter` (1, 2, ...; the original client is 0); the SDK numbers that client's
     samples from `client_counter * 1_000_000_000`, so clones never share a seq_id."""
+    _check_ids(state, sampling_session_id=request.sampling_session_id)
     clone = state.sessions.join(request.sampling_session_id)
     if clone is None:
         raise ApiError(
             404,
-            f"unknown sampling_session_id {request.sampling_session_id!r}: create it with "
-            "/api/v1/create_sampling_session",
+            f"unknown sampling_session_id {limits.quote(request.sampling_session_id)}: create it "
+            "with /api/v1/create_sampling_session",
         )
     return JoinSamplingSessionResponse(client_counter=clone)
 
