@@ -49,11 +49,26 @@ def test_flag_beats_env_beats_default():
         ({"HOTPATH_ROUTER_URL": "127.0.0.1:8001"}, "router_url must be an http(s) URL"),
         ({"HOTPATH_GC_THRESHOLD": "700,10"}, "gc_threshold must be three positive ints"),
         ({"HOTPATH_GC_THRESHOLD": "a,b,c"}, "gc_threshold must be three positive ints"),
+        ({"HOTPATH_STORE": "postgres://db"}, "store must be memory, embedded, auto or a URL"),
+        ({"HOTPATH_WORKERS": "2", "HOTPATH_STORE": "memory"}, "--workers > 1 needs a shared"),
+        ({"HOTPATH_WORKERS": "0"}, "workers must be > 0"),
+        ({"HOTPATH_STORE_LEASE": "0"}, "store_lease must be > 0"),
+        (
+            {"HOTPATH_BASELINE": "1", "HOTPATH_STORE": "redis://127.0.0.1:6379/0"},
+            "--baseline runs on the memory store only",
+        ),
     ],
 )
 def test_bad_values_say_what_is_wrong(env, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         from_args(_parser().parse_args([]), env)
+
+
+def test_store_kind_resolves_auto():
+    assert Settings().store_kind() == "memory"
+    assert Settings(workers=2).store_kind() == "embedded"
+    assert Settings(store="unix:///tmp/r.sock").store_kind() == "url"
+    assert Settings(store="embedded").store_kind() == "embedded"
 
 
 def test_serve_help_explains_every_option():

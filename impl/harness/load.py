@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from impl.harness import presets, procs, report
+from impl.harness import faults, presets, procs, report
 from impl.harness.client import ClientConfig
 
 _SCENARIO_FLAGS = {
@@ -98,10 +98,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=("baseline", "poll", "client"),
+        choices=("baseline", "poll", "client", "memory"),
         help="two runs side by side with ratios: baseline (`hotpath serve --baseline`, then the "
         "picked configuration), poll (--poll request, then --poll session), client (the "
-        "SDK-shaped http client, then the real SDK)",
+        "SDK-shaped http client, then the real SDK), memory (one process on the memory store, "
+        "then --server-workers/--store)",
+    )
+    parser.add_argument(
+        "--server-workers", type=int, help="server processes on one port (`serve --workers N`)"
+    )
+    parser.add_argument(
+        "--store", help="the server's future store (`serve --store`: memory, embedded, redis://…)"
+    )
+    parser.add_argument(
+        "--kill-one-at",
+        type=float,
+        metavar="SECONDS",
+        help="SIGKILL one server process (with forwards in flight) SECONDS into the run; "
+        "needs --server-workers >= 2",
     )
     parser.add_argument(
         "--verify",
@@ -135,14 +149,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def scenario_from_args(args: argparse.Namespace) -> presets.Scenario:
+def scenario_from_args(args: argparse.Namespace, shared: bool = True) -> presets.Scenario:
+    """The preset with the flags' overrides (`shared=False`: without --server-workers/--store)."""
     scenario = presets.get(args.preset)
     changes = {
         field: getattr(args, flag[2:].replace("-", "_"))
         for flag, (field, _, _) in _SCENARIO_FLAGS.items()
     }
-    if args.server_arg:
-        changes["server_args"] = (*scenario.server_args, *args.server_arg)
+    extra = list(args.server_arg)
+    if shared and args.server_workers:
+        extra += ["--workers", str(args.server_workers)]
+    if shared and args.store:
+        extra += ["--store", args.store]
+    if extra:
+        changes["server_args"] = (*scenario.server_args, *extra)
     return scenario.with_overrides(**changes)
 
 
@@ -325,6 +345,7 @@ def run_scenario(
     warmup: int = 1,
     profile: Path | None = None,
     progress_bar: bool = True,
+    kill_one_at: float | None = None,
 ) -> dict[str, Any]:
     """One run: start router and server (unless `url`), drive, sample, stop; the run dict."""
     router = None
@@ -358,15 +379,20 @@ def run_scenario(
             )
 
             polls_at_go: dict[str, int] = {}
+            killer = faults.KillOne(url, server_pid, kill_one_at) if kill_one_at else None
 
             def on_go() -> None:  # the measured window starts: forget the warm-up's peaks
                 sampler.restart()
                 polls_at_go.update((procs.fetch_json(url + "/healthz") or {}).get("polls") or {})
                 if router_url:
                     procs.fetch_json(router_url + "/stats?reset=1")
+                if killer is not None:
+                    killer.start()
 
             run = drive(configs, client=client, label=label, progress_bar=progress_bar, on_go=on_go)
             run["server"] = sampler.finish()
+            if killer is not None:
+                run["fault"] = killer.finish()
             run["healthz_latencies"] = sampler.healthz_latencies
             run["healthz_timeline"] = sampler.healthz_timeline
             run["steps"] = sampler.step_split()
@@ -397,8 +423,10 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         progress_bar=not args.no_progress,
     )
-    if args.compare and args.url:
-        print("--compare starts its own servers; it cannot be used with --url", file=sys.stderr)
+    if (args.compare or args.kill_one_at) and args.url:
+        print(
+            "--compare and --kill-one-at start their own servers; not with --url", file=sys.stderr
+        )
         return 2
     if args.profile:
         try:
@@ -418,8 +446,20 @@ def run(args: argparse.Namespace) -> int:
         http = {**common, "client": "http"}
         runs.append(run_scenario(scenario, label="http-client", baseline=args.baseline, **http))
         common["client"], label = "sdk", "sdk-client"
+    elif args.compare == "memory":  # the same scenario on one process and the memory store
+        alone = scenario_from_args(args, shared=False)
+        runs.append(run_scenario(alone, label="memory", **common))
+    if args.server_workers or args.store:
+        label = f"{args.server_workers or 1}x {args.store or 'auto'}"
     runs.append(
-        run_scenario(scenario, label=label, baseline=args.baseline, profile=args.profile, **common)
+        run_scenario(
+            scenario,
+            label=label,
+            baseline=args.baseline,
+            profile=args.profile,
+            kill_one_at=args.kill_one_at,
+            **common,
+        )
     )
     summaries = [report.summarize(r) for r in runs]
     print(
@@ -433,6 +473,8 @@ def run(args: argparse.Namespace) -> int:
         print(report.render_run(summaries[0]))
     problems = [f"[{s['label']}] {p}" for s in summaries for p in report.verdict(s)]
     for run_ in runs:
+        if "fault" in run_:
+            print(f"  [{run_['label']}] kill-one-at: {json.dumps(run_['fault'])}")
         for kind, message in run_.get("examples", {}).items():
             print(f"  [{run_['label']}] {kind}: {message}", file=sys.stderr)
     if args.report:

@@ -236,6 +236,7 @@ def report_json(
                 "examples": run.get("examples", {}),
                 "warmup": run.get("warmup"),
                 "healthz": run.get("healthz"),
+                "fault": run.get("fault"),
                 # per probe: [s into the run, latency s, connect s, server loop lag ms, GC pause ms]
                 "healthz_timeline": run.get("healthz_timeline", []),
                 # per /metrics scrape: [s into the run, {step: [count, seconds] since start}]

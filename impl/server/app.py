@@ -37,7 +37,7 @@ from impl.server.schemas import openapi_components
 from impl.server.sessions import Sessions
 from impl.server.settings import Settings
 from impl.server.state import LagMonitor, State
-from impl.server.store import MemoryStore
+from impl.server.store import FutureStore, MemoryStore
 
 
 class HotpathApp(FastAPI):
@@ -104,16 +104,27 @@ class HotpathApp(FastAPI):
         return replay
 
 
-def _store(settings: Settings, encoder: Any) -> MemoryStore:
+def _store(settings: Settings, encoder: Any) -> FutureStore:
     options: dict[str, Any] = {
         "completed_ttl": settings.completed_ttl,
         "retrieved_ttl": settings.retrieved_ttl,
         "dedup_ttl": settings.dedup_ttl,
         "max_outstanding": settings.max_outstanding,
         "max_result_bytes": settings.max_result_bytes,
-        "session_batch_wait": settings.session_batch_wait,
-        "session_batch_size": settings.session_batch,
     }
+    if settings.store_kind() == "url":  # `embedded` was resolved to its URL by `serve`
+        from impl.server.redis_store import RedisStore
+
+        # no session logs there yet: client/config does not advertise the session protocol
+        return RedisStore(
+            settings.store,
+            to_json=impl.encode.proto_to_json,
+            lease=settings.store_lease,
+            prefix=settings.store_prefix,
+            **options,
+        )
+    options["session_batch_wait"] = settings.session_batch_wait
+    options["session_batch_size"] = settings.session_batch
     if settings.baseline:  # the old JSON dump: the reference (stdlib json) derivation
         return BaselineStore(
             encoder=encoder, to_json=impl.encode.json_implementation("json"), **options
@@ -137,11 +148,17 @@ async def lifespan(
         url=settings.completions_url,
         metrics=metrics,
     )
-    state = State(settings, picks, store, Sessions(), forwarder, LagMonitor(), metrics=metrics)
+    sessions: Any = Sessions()
+    if settings.store_kind() == "url":  # shared sessions; forwards of a process gone come here
+        from impl.server.redis_sessions import RedisSessions
+
+        sessions = RedisSessions(store)
+        store.on_takeover = forwarder.submit
+    state = State(settings, picks, store, sessions, forwarder, LagMonitor(), metrics=metrics)
     state.poll_hold = settings.poll_hold
     state.retry_after = str(settings.retry_after).encode()
     state.limits = Limits.from_settings(settings)
-    store.start()
+    await store.open()
     state.lag.start()
     state.gc.start()
     sync = None
@@ -161,8 +178,9 @@ async def lifespan(
             metrics.close()
         state.gc.stop()
         state.lag.stop()
-        store.close()
-        await forwarder.aclose()
+        store.close()  # wakes held polls
+        await forwarder.aclose()  # a shared store hands unfinished forwards over
+        await store.aclose()
 
 
 def _metrics(app: FastAPI, settings: Settings, picks: Picks) -> Any:
@@ -177,7 +195,8 @@ def _metrics(app: FastAPI, settings: Settings, picks: Picks) -> Any:
             "or run with --no-metrics"
         ) from exc
     names = {family: p["name"] for family, p in picks.as_json().items()}
-    return Metrics(names, baseline=settings.baseline, hot_paths=frozenset(app.hot))
+    store = "redis" if settings.store_kind() != "memory" else "memory"
+    return Metrics(names, baseline=settings.baseline, hot_paths=frozenset(app.hot), store=store)
 
 
 def _api_error(request: Request, exc: Exception) -> JSONResponse:

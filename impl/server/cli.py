@@ -3,7 +3,9 @@
 Every option is also an environment variable (`--poll-hold` = `HOTPATH_POLL_HOLD`); a flag wins.
 Each family's implementation is picked at start-up (explicit flag or variable, else measurements
 recorded by `hotpath bench` here, else a short calibration, else a fixed preference order) and
-logged with the reason; `GET /healthz` shows the picks, store counts, event-loop lag and GC pauses.
+logged with the reason; `GET /healthz` shows the picks, the store, the answering process,
+event-loop lag and GC pauses. `--workers N` runs N processes on one port and one shared store
+(Redis/Valkey; with no `--store`, a redis-server it starts and stops itself).
 Once listening it prints one line on stdout:
 
     hotpath-server listening on http://HOST:PORT
@@ -12,6 +14,7 @@ Once listening it prints one line on stdout:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import gc
 import logging
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from impl.server.picks import Picks
 
 log = logging.getLogger("hotpath.server")
+STORE_HINT = "the shared store needs redis-py: pip install 'hotpath[store]'"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -136,6 +140,35 @@ def run(args: argparse.Namespace) -> int:
         log.warning(
             "backlog %d is capped at net.core.somaxconn = %d by the kernel", settings.backlog, limit
         )
-    server = _server(settings, picks)
-    server.run()
+    if settings.store_kind() != "memory":
+        try:
+            import redis  # noqa: F401
+        except ModuleNotFoundError:
+            print(f"hotpath serve: --store {settings.store}: {STORE_HINT}", file=sys.stderr)
+            return 2
+    if settings.workers > 1:
+        from impl.server.workers import supervise
+
+        return supervise(settings, picks)
+    embedded = None
+    if settings.store_kind() == "embedded":
+        from impl.server import embedded as embedded_module
+
+        try:
+            embedded = embedded_module.start()
+        except RuntimeError as exc:
+            print(f"hotpath serve: {exc}", file=sys.stderr)
+            return 2
+        settings = dataclasses.replace(settings, store=embedded.url)
+    try:
+        server = _server(settings, picks)
+        sockets = None
+        if settings.reuse_port:
+            from impl.server.workers import reuse_port_socket
+
+            sockets = [reuse_port_socket(settings.host, settings.port)]
+        server.run(sockets=sockets)
+    finally:
+        if embedded is not None:
+            embedded.stop()
     return 0 if server.started else 3

@@ -22,7 +22,7 @@ import orjson
 from impl.decode import Completion, DecodeError
 from impl.pool import ConnectError, ReadError
 from impl.server.schemas import AsampleRequest
-from impl.server.store import FutureStore, Record
+from impl.server.store import FutureStore, Record, StoreUnavailable
 
 log = logging.getLogger("hotpath.server")
 
@@ -134,22 +134,35 @@ class Forwarder:
         except UpstreamFailed as exc:
             if metrics is not None:
                 metrics.upstream_failure(exc.kind)
-            await self.store.fail(record, str(exc))
+            await self._settle(self.store.fail, record, str(exc))
         except asyncio.CancelledError:
             if metrics is not None:
                 metrics.upstream_failure("shutdown")
-            await self.store.fail(record, "the server shut down before the sample completed")
+            await self.store.abandon(record, "the server shut down before the sample completed")
             raise
         except Exception as exc:  # a bug: fail the sample, keep serving, log the traceback
             log.exception("forward of %s failed unexpectedly", record.request_id)
             if metrics is not None:
                 metrics.upstream_failure("internal")
-            await self.store.fail(record, f"internal server error: {type(exc).__name__}: {exc}")
+            message = f"internal server error: {type(exc).__name__}: {exc}"
+            await self._settle(self.store.fail, record, message)
         else:
             started = time.perf_counter()
-            await self.store.complete(record, payload)
+            await self._settle(self.store.complete, record, payload)
             if metrics is not None:
                 metrics.store(time.perf_counter() - started)
+
+    async def _settle(self, finish: Any, record: Record, outcome: Any) -> None:
+        """Store the outcome, retrying while a shared store is unreachable: a result the
+        engine was computing is never dropped because the store blinked."""
+        delay = 0.1
+        while True:
+            try:
+                return await finish(record, outcome)
+            except StoreUnavailable as exc:
+                log.warning("storing %s waits for the store: %s", record.request_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def post(self, body: bytes) -> Any:
         """The router's reply; retried once on a connect-phase error or a 5xx."""

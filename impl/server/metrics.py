@@ -151,7 +151,12 @@ class Metrics:
     several apps in one process), pre-bound to the picked implementations."""
 
     def __init__(
-        self, picks: dict[str, str], *, baseline: bool = False, hot_paths: frozenset[str] = ()
+        self,
+        picks: dict[str, str],
+        *,
+        baseline: bool = False,
+        hot_paths: frozenset[str] = (),
+        store: str = "memory",
     ) -> None:
         #: paths served before FastAPI's router (no scope["route"]), kept as route labels
         self.hot_paths = frozenset(hot_paths)
@@ -176,7 +181,7 @@ class Metrics:
             buckets=STEP_BUCKETS,
             registry=reg,
         )
-        store_kind = "baseline" if baseline else "memory"
+        store_kind = "baseline" if baseline else store
         self.upstream_wait = self._tally(steps.labels("upstream_wait", picks["pool"]))
         self.decode = self._tally(steps.labels("decode", picks["decode"]))
         self.encode = self._tally(steps.labels("encode", picks["encode"]))
@@ -316,6 +321,9 @@ class Metrics:
         """Flush the tallies; copy the store's counts into gauges, add counter increments."""
         for tally in self._tallies:
             tally.flush()
+        self._gauges["forwards_in_flight"].set(len(state.forwarder.tasks))
+        if state.store.describe()["kind"] != "memory" and state.settings.worker_index != 0:
+            return  # a shared store's figures count every process: worker 0 alone exports them
         stats = state.store.stats()
         for key, counter in self._store_counters.items():
             value = stats.get(key, 0)
@@ -327,10 +335,10 @@ class Metrics:
         pending = stats.get("pending", 0)
         self._records["pending"].set(pending)
         self._records["failed"].set(failed)
-        self._records["done"].set(stats.get("records", 0) - pending - failed)
+        if "records" in stats:  # the shared store does not count its records
+            self._records["done"].set(stats["records"] - pending - failed)
         self._gauges["store_stored_bytes"].set(stats.get("stored_bytes", 0))
         self._gauges["store_outstanding"].set(pending)
-        self._gauges["forwards_in_flight"].set(len(state.forwarder.tasks))
         self._gauges["sessions"].set(state.sessions.stats().get("sampling_sessions", 0))
 
     def close(self) -> None:

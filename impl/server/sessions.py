@@ -3,7 +3,8 @@
 A sampling session id is derived from its session and seq id, so the SDK's retried
 create_sampling_session gets the same id back. `join` hands each further client of a sampling
 session (an unpickled SDK SamplingClient) its own clone number, so clones' seq_ids
-(`clone * 1_000_000_000 + n`) never collide.
+(`clone * 1_000_000_000 + n`) never collide. The methods are async so that a shared version
+(`impl/server/redis_sessions.py`, for several server processes) has the same interface.
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ class Sessions:
         self._prefix = os.urandom(4).hex()
         self._count = 0
 
-    def create(self) -> str:
+    async def create(self) -> str:
         self._count += 1
         session_id = f"session-{self._prefix}-{self._count}"
         self.sessions[session_id] = Session()
         return session_id
 
-    def create_sampling(self, session_id: str, seq_id: int, base_model: str) -> str | None:
+    async def create_sampling(self, session_id: str, seq_id: int, base_model: str) -> str | None:
         """The sampling session's id, or None when `session_id` is unknown."""
         session = self.sessions.get(session_id)
         if session is None:
@@ -46,7 +47,7 @@ class Sessions:
         session.sampling.add(sampling_id)
         return sampling_id
 
-    def join(self, sampling_session_id: str) -> int | None:
+    async def join(self, sampling_session_id: str) -> int | None:
         """A new clone number of the sampling session (1, 2, ...), or None when unknown."""
         if sampling_session_id not in self.sampling:
             return None
@@ -54,17 +55,17 @@ class Sessions:
         self.clones[sampling_session_id] = clone
         return clone
 
-    def base_model(self, sampling_session_id: str) -> str | None:
+    async def base_model(self, sampling_session_id: str) -> str | None:
         return self.sampling.get(sampling_session_id)
 
-    def heartbeat(self, session_id: str) -> bool:
+    async def heartbeat(self, session_id: str) -> bool:
         session = self.sessions.get(session_id)
         if session is None:
             return False
         session.last_heartbeat = time.time()
         return True
 
-    def finish(self, session_id: str) -> bool:
+    async def finish(self, session_id: str) -> bool:
         session = self.sessions.pop(session_id, None)
         if session is None:
             return False

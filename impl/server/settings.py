@@ -131,6 +131,35 @@ class Settings:
         "processes, set PROMETHEUS_MULTIPROC_DIR to an empty directory first: any process then "
         "answers with every process's figures",
     )
+    # -- the shared store and several processes (impl/server/redis_store.py, workers.py) ----
+    store: str = _opt(
+        "auto",
+        "where futures live: 'memory' (this process only), 'embedded' (a redis-server started "
+        "and stopped with the server, on a unix socket in a temp dir), or a Redis/Valkey URL "
+        "(redis://HOST:PORT/DB, rediss://…, unix://PATH); 'auto' = memory for one worker, "
+        "embedded for --workers > 1",
+    )
+    workers: int = _opt(
+        1, "server processes answering one port (SO_REUSEPORT), all on the shared store"
+    )
+    store_lease: float = _opt(
+        15.0,
+        "seconds a process's claim on a pending sample lasts without renewal; after that "
+        "another process forwards it again (a killed process's samples are not lost; a "
+        "process whose event loop stalls longer than this has its samples generated twice)",
+    )
+    store_prefix: str = _opt(
+        "hotpath:", "prefix of every key in the shared store (two deployments on one engine)"
+    )
+    worker_index: int = _opt(
+        0,
+        "this process's index among the processes on one store (--workers sets it; give "
+        "processes started apart distinct values: only index 0 exports the shared store's "
+        "counts on /metrics, which count every process)",
+    )
+    reuse_port: bool = _opt(
+        False, "listen with SO_REUSEPORT (set for each process started by --workers)"
+    )
 
     def __post_init__(self) -> None:
         positive = (
@@ -150,6 +179,8 @@ class Settings:
             "max_body_bytes",
             "max_prompt_tokens",
             "max_tags",
+            "workers",
+            "store_lease",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -161,6 +192,7 @@ class Settings:
             "port",
             "session_batch_wait",
             "metadata_first_bytes",
+            "worker_index",
         )
         for name in nonnegative:
             if getattr(self, name) < 0:
@@ -168,6 +200,41 @@ class Settings:
         self.gc_thresholds()  # raises ValueError on a malformed value
         if not self.router_url.startswith(("http://", "https://")):
             raise ValueError(f"router_url must be an http(s) URL, got {self.router_url!r}")
+        self._check_store()
+
+    def _check_store(self) -> None:
+        kinds = ("auto", "memory", "embedded")
+        if self.store not in kinds and not self.store.startswith(STORE_SCHEMES):
+            raise ValueError(
+                f"store must be memory, embedded, auto or a URL starting with "
+                f"{', '.join(STORE_SCHEMES)}; got {self.store!r}"
+            )
+        if self.workers > 1 and self.store == "memory":
+            raise ValueError(
+                "--workers > 1 needs a shared store: the memory store lives in one process "
+                "(leave --store unset for an embedded redis-server, or give a redis:// URL)"
+            )
+        if self.baseline and self.store_kind() != "memory":
+            raise ValueError("--baseline runs on the memory store only")
+
+    def session_poll_off(self) -> str | None:
+        """Why client/config does not advertise the session protocol, or None when it does."""
+        if not self.session_poll:
+            return "--no-session-poll"
+        if self.baseline:
+            return "--baseline polls per request"
+        if self.store_kind() != "memory":
+            return (
+                "the shared store keeps no per-session completion logs yet: clients poll "
+                "per request (retrieve_future), which every process answers"
+            )
+        return None
+
+    def store_kind(self) -> str:
+        """'memory', 'embedded' or 'url' after resolving 'auto'."""
+        if self.store == "auto":
+            return "memory" if self.workers == 1 else "embedded"
+        return self.store if self.store in ("memory", "embedded") else "url"
 
     def gc_thresholds(self) -> tuple[int, int, int]:
         """`gc_threshold` as the three ints gc.set_threshold takes."""
@@ -186,6 +253,10 @@ class Settings:
     @property
     def completions_url(self) -> str:
         return self.router_url.rstrip("/") + "/v1/completions"
+
+
+#: URL schemes `--store` accepts (redis-py's).
+STORE_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def env_name(name: str) -> str:

@@ -29,7 +29,7 @@ import itertools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from impl.server.completions import Entry, SessionLogs, Target, target_of
 
@@ -49,6 +49,7 @@ class Record:
         "deadline",
         "delivered",
         "error",
+        "fresh",
         "json",
         "json_future",
         "key",
@@ -73,6 +74,13 @@ class Record:
         self.deadline = 0.0
         self.size = 0
         self.delivered = False
+        #: False when `create` found the key already claimed (a shared store's race): the
+        #: caller must not forward it a second time.
+        self.fresh = True
+
+
+class StoreUnavailable(Exception):
+    """The shared store cannot be reached; the message says where and why (answered as 503)."""
 
 
 class FutureStore(Protocol):
@@ -80,18 +88,25 @@ class FutureStore(Protocol):
 
     #: True when delivery is counted when the response is built, not when it was sent.
     clock_starts_on_build: bool
+    #: True when `create` itself answers a key claimed before (fresh=False): one atomic call
+    #: instead of lookup then create, and no race between processes.
+    dedup_on_create: bool
 
     async def lookup(self, key: Key) -> Record | None:
         """The live record of a `(sampling_session_id, seq_id)`, if one was submitted."""
 
-    async def create(self, key: Key | None, n: int) -> Record:
-        """A new pending record with `n` sequence ids."""
+    async def create(self, key: Key | None, n: int, job: Any = None) -> Record:
+        """A new pending record with `n` sequence ids (`job`: the forward, kept by a shared
+        store so that another process can take it over)."""
 
     async def get(self, request_id: str) -> Record | None: ...
 
     async def complete(self, record: Record, payload: bytes) -> None: ...
 
     async def fail(self, record: Record, message: str) -> None: ...
+
+    async def abandon(self, record: Record, message: str) -> None:
+        """This process stops forwarding `record` (shutdown): fail it, or hand it over."""
 
     async def wait(self, record: Record, timeout: float) -> None:
         """Return when `record` is no longer pending or after `timeout` seconds."""
@@ -133,7 +148,16 @@ class FutureStore(Protocol):
 
     def stats(self) -> dict[str, int]: ...
 
+    def describe(self) -> dict[str, Any]:
+        """What /healthz shows about the store: its kind and address (no secrets)."""
+
     def start(self) -> None: ...
+
+    async def open(self) -> None:
+        """Connect and start background work (the lifespan calls it; `start` for tests)."""
+
+    async def aclose(self) -> None:
+        """Stop background work and disconnect, after the forwards were stopped."""
 
     def wake_all(self) -> None:
         """Release every held poll (shutdown)."""
@@ -145,6 +169,7 @@ class MemoryStore:
     """The embedded store: dicts and deques on the event loop (one process)."""
 
     clock_starts_on_build = False
+    dedup_on_create = False
 
     def __init__(
         self,
@@ -197,6 +222,15 @@ class MemoryStore:
         self._loop = asyncio.get_running_loop()
         self._schedule_sweep()
 
+    async def open(self) -> None:
+        self.start()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "memory", "address": None}
+
     def wake_all(self) -> None:
         for record in self.records.values():
             _wake(record)
@@ -231,7 +265,7 @@ class MemoryStore:
         self.counts["deduplicated"] += 1
         return record
 
-    async def create(self, key: Key | None, n: int) -> Record:
+    async def create(self, key: Key | None, n: int, job: Any = None) -> Record:
         record = Record(f"{self._prefix}-{next(self._ids)}", key, n)
         self.records[record.request_id] = record
         if key is not None:
@@ -251,6 +285,9 @@ class MemoryStore:
         self._finish(record, DONE, payload, None)
 
     async def fail(self, record: Record, message: str) -> None:
+        self._finish(record, FAILED, None, message)
+
+    async def abandon(self, record: Record, message: str) -> None:
         self._finish(record, FAILED, None, message)
 
     async def wait(self, record: Record, timeout: float) -> None:

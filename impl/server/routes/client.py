@@ -21,11 +21,11 @@ async def client_config(
 ) -> ClientConfigResponse:
     """Feature flags: `sample_max_concurrent_requests` caps each client's in-flight samples
     (per-request polling); `sample_use_retrieve_futures` and `sample_join_sampling_session`
-    switch the SDK to the session protocol (`--session-poll`; never with `--baseline`)."""
-    settings = state.settings
-    session = settings.session_poll and not settings.baseline
+    switch the SDK to the session protocol (`--session-poll`; never with `--baseline` or the
+    shared store: /healthz → `session_poll` says why)."""
+    session = state.settings.session_poll_off() is None
     return ClientConfigResponse(
-        sample_max_concurrent_requests=settings.sample_max_concurrent_requests,
+        sample_max_concurrent_requests=state.settings.sample_max_concurrent_requests,
         sample_use_retrieve_futures=session,
         sample_join_sampling_session=session,
     )

@@ -13,7 +13,8 @@ payload's size, or `failed`) and the new `cursor`; with none, the poll is held u
 start those results' retrieved-TTL clock. Errors: 404 for an unknown sampling session and 410
 for a cursor this server never handed out (it restarted, losing the session's results): both
 end the SDK's poller, so its waiting samples fail instead of waiting forever; 400/413/422 for
-a bad body, 401 without an API key.
+a bad body, 401 without an API key; 501 on the shared store, which keeps no session logs yet
+(client/config does not advertise the protocol there).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     """Long-poll a sampling session's completions after `prev_cursor`: answers
     `{"completions": [...], "cursor"}` as soon as some are there (batched while the session
     has more pending), or an empty list after the hold. `retrieved_request_ids` acknowledge
-    fetched results. 404: unknown sampling session; 410: unknown cursor."""
+    fetched results. 404: unknown sampling session; 410: unknown cursor; 501: the shared store
+    (no session logs there yet)."""
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
     state = scope["state"]["server"]
@@ -48,12 +50,16 @@ async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     request = await _decode(_RETRIEVE_FUTURES, scope, receive, send, cap, flag)
     if request is None:
         return None
+    off = state.settings.session_poll_off()
+    if state.settings.store_kind() != "memory":
+        message = f"session polling is off here: {off}"
+        return await respond(send, 501, limits.error_body(message))
     target = request.target
     session_id = target.sampling_session_id
     problem = state.limits.id_problem("sampling_session_id", session_id)
     if problem is not None:
         return await respond(send, 422, limits.error_body(problem))
-    if state.sessions.base_model(session_id) is None:
+    if await state.sessions.base_model(session_id) is None:
         message = f"unknown sampling_session_id {limits.quote(session_id)}: create it first"
         return await respond(send, 404, limits.error_body(message))
     key = (session_id, target.cloned_sampler_id)
@@ -96,6 +102,9 @@ RETRIEVE_FUTURES_DOC = _operation(
         404: _json_response("unknown sampling session", schemas.ref(schemas.ErrorDetail)),
         410: _json_response(
             "a cursor this server never handed out", schemas.ref(schemas.ErrorDetail)
+        ),
+        501: _json_response(
+            "session polling is off on the shared store", schemas.ref(schemas.ErrorDetail)
         ),
     },
 )

@@ -1,8 +1,10 @@
-"""`GET /healthz`: picks and why, store counts, stored bytes, event-loop lag, GC pauses.
+"""`GET /healthz`: picks and why, the store (kind, address, round trip) and its counts, the
+answering process, event-loop lag, GC pauses.
 `GET /metrics`: the same and more in Prometheus text format (see impl/server/metrics.py)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fastapi import APIRouter
@@ -21,6 +23,12 @@ async def healthz(state: ServerState) -> dict[str, Any]:
         "baseline": state.settings.baseline,
         "picks": state.picks.as_json(),
         "store": state.store.stats(),
+        "store_backend": state.store.describe(),
+        "process": {"pid": os.getpid(), "worker": state.settings.worker_index},
+        "session_poll": {
+            "on": state.settings.session_poll_off() is None,
+            "why_off": state.settings.session_poll_off(),
+        },
         "sessions": state.sessions.stats(),
         "polls": dict(state.polls),
         "forwards_in_flight": len(state.forwarder.tasks),

@@ -12,6 +12,7 @@ retrieved-TTL clock. A poll that sets `allow_metadata_only` first gets
 
 from __future__ import annotations
 
+import functools
 import time
 
 import msgspec
@@ -23,6 +24,7 @@ from impl.server.routes._raw import (
     API_KEY_MESSAGE,
     JSON,
     PROTOBUF,
+    ASGIApp,
     RawRoute,
     Receive,
     Scope,
@@ -32,7 +34,7 @@ from impl.server.routes._raw import (
     header,
     respond,
 )
-from impl.server.store import FAILED, PENDING
+from impl.server.store import FAILED, PENDING, StoreUnavailable
 
 TRY_AGAIN = b'{"type":"try_again"}'
 _ASAMPLE = msgspec.json.Decoder(schemas.AsampleRequest)
@@ -101,6 +103,23 @@ def _not_json(exc: BaseException) -> str:
     return f"malformed JSON body: {limits.shorten(str(exc))}"
 
 
+def _store_guard(handler: ASGIApp) -> ASGIApp:
+    """`handler`, answering 503 with Retry-After while the shared store is unreachable (the
+    request changed nothing there: the client retries it as it is)."""
+
+    @functools.wraps(handler)
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            return await handler(scope, receive, send)
+        except StoreUnavailable as exc:
+            retry_after = scope["state"]["server"].retry_after
+            message = limits.error_body(f"{exc}; retry later")
+            return await respond(send, 503, message, headers=((b"retry-after", retry_after),))
+
+    return guarded
+
+
+@_store_guard
 async def asample(scope: Scope, receive: Receive, send: Send) -> None:
     """Submit a sample: answers `request_id` and one `sample_sequence_ids` entry per sample at
     once; the forward to the router runs in the background. A repeated
@@ -124,7 +143,7 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
             )
     if problem is not None:
         return await respond(send, 422, limits.error_body(problem))
-    model = state.sessions.base_model(request.sampling_session_id)
+    model = await state.sessions.base_model(request.sampling_session_id)
     if model is None:
         message = (
             f"unknown sampling_session_id {limits.quote(request.sampling_session_id)}: "
@@ -133,9 +152,11 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
         return await respond(send, 404, limits.error_body(message))
     store = state.store
     key = (request.sampling_session_id, request.seq_id)
-    record = await store.lookup(key)
+    busy = store.pressure()
+    # A store that deduplicates in `create` is asked first only under pressure (a repeat of an
+    # accepted sample is answered even then).
+    record = None if store.dedup_on_create and busy is None else await store.lookup(key)
     if record is None:
-        busy = store.pressure()
         if busy is not None:
             if state.metrics is not None:
                 state.metrics.rejected(busy)
@@ -150,14 +171,16 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
         except SampleRejected as exc:
             message = f"invalid request body: {limits.shorten(str(exc))}"
             return await respond(send, 422, limits.error_body(message))
-        record = await store.create(key, request.num_samples)
-        state.forwarder.submit(record, job)
+        record = await store.create(key, request.num_samples, job)
+        if record.fresh:  # else another process claimed the key a moment before
+            state.forwarder.submit(record, job)
     body = orjson.dumps(
         {"request_id": record.request_id, "sample_sequence_ids": record.sequence_ids}
     )
     return await respond(send, 200, body)
 
 
+@_store_guard
 async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
     """Poll a sample's future. Pending: held up to the poll hold, then `{"type": "try_again"}`.
     Done: SampleResponse protobuf for `Accept: application/x-protobuf`, else its JSON form.
@@ -259,6 +282,10 @@ def _json_response(description: str, schema: dict) -> dict:
     return {"description": description, "content": schemas.json_content(schema)}
 
 
+_STORE_DOWN = {
+    **_json_response("shared store unreachable: retry later", schemas.ref(schemas.ErrorDetail)),
+    "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+}
 ASAMPLE_DOC = _operation(
     schemas.AsampleRequest,
     {
@@ -268,6 +295,7 @@ ASAMPLE_DOC = _operation(
             **_json_response("backpressure: retry later", schemas.ref(schemas.ErrorDetail)),
             "headers": {"Retry-After": {"schema": {"type": "integer"}}},
         },
+        503: _STORE_DOWN,
     },
 )
 RETRIEVE_DOC = _operation(
@@ -291,6 +319,7 @@ RETRIEVE_DOC = _operation(
             },
         },
         404: _json_response("unknown or evicted request_id", schemas.ref(schemas.ErrorDetail)),
+        503: _STORE_DOWN,
     },
 )
 

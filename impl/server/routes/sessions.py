@@ -54,7 +54,7 @@ async def create_session(
         raise ApiError(422, f"{len(request.tags)} tags; the limit is {most} (--max-tags)")
     for tag in request.tags:
         _check_ids(state, tag=tag)
-    return CreateSessionResponse(session_id=state.sessions.create())
+    return CreateSessionResponse(session_id=await state.sessions.create())
 
 
 @router.post("/create_sampling_session", responses=_UNKNOWN)
@@ -63,7 +63,7 @@ async def create_sampling_session(
 ) -> CreateSamplingSessionResponse:
     """A sampling session in a session; the same seq id gives the same sampling session id."""
     _check_ids(state, session_id=request.session_id, base_model=request.base_model)
-    sampling_id = state.sessions.create_sampling(
+    sampling_id = await state.sessions.create_sampling(
         request.session_id, request.sampling_session_seq_id, request.base_model
     )
     if sampling_id is None:
@@ -79,7 +79,7 @@ async def join_sampling_session(
     own `client_counter` (1, 2, ...; the original client is 0); the SDK numbers that client's
     samples from `client_counter * 1_000_000_000`, so clones never share a seq_id."""
     _check_ids(state, sampling_session_id=request.sampling_session_id)
-    clone = state.sessions.join(request.sampling_session_id)
+    clone = await state.sessions.join(request.sampling_session_id)
     if clone is None:
         raise ApiError(
             404,
@@ -95,7 +95,7 @@ async def session_heartbeat(
 ) -> HeartbeatResponse:
     """Keeps a session alive."""
     _check_ids(state, session_id=request.session_id)
-    if not state.sessions.heartbeat(request.session_id):
+    if not await state.sessions.heartbeat(request.session_id):
         raise _unknown(request.session_id)
     return HeartbeatResponse()
 
@@ -106,6 +106,6 @@ async def finish_session(
 ) -> dict[str, str]:
     """Ends a session and its sampling sessions (results already submitted stay retrievable)."""
     _check_ids(state, session_id=session_id)
-    if not state.sessions.finish(session_id):
+    if not await state.sessions.finish(session_id):
         raise _unknown(session_id)
     return {"status": "finished"}
