@@ -408,3 +408,17 @@ def test_loadtest_kills_one_worker_and_reports_every_sample(tmp_path, capsys):
     assert fault["store_takeovers"] is not None and fault["store_pending"] == 0, fault
     assert data["runs"][1]["healthz"]["store_backend"]["kind"] == "redis"
     assert "kill-one-at" in out
+
+
+def test_workers_and_the_embedded_store_stop_when_the_supervisor_is_killed(upstream):
+    """SIGKILL of the supervisor leaves no worker or redis-server behind (parent-death signal)."""
+    import psutil
+
+    with start_server(upstream.url, "--workers", "2") as server:
+        children = psutil.Process(server.pid).children()
+        assert len(children) == 3  # two workers and the embedded redis-server
+        os.kill(server.pid, signal.SIGKILL)
+        _gone, alive = psutil.wait_procs(children, timeout=30)
+        for orphan in alive:  # the test failed: leave nothing behind
+            orphan.kill()
+        assert not alive, [p.pid for p in alive]

@@ -86,7 +86,11 @@ def start(
         "--maxclients", "10000",
         *extra,
     ]  # fmt: skip
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    from impl.server.workers import die_with_parent
+
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent
+    )
     server = EmbeddedRedis(process, directory, sock)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -16,6 +16,7 @@ stops the children by PID, then the embedded store.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import logging
 import os
@@ -35,6 +36,7 @@ from impl.server.picks import Picks
 from impl.server.settings import Settings, env_name
 
 log = logging.getLogger("hotpath.server")
+PR_SET_PDEATHSIG = 1
 _READY = re.compile(r"^hotpath-server listening on (http://\S+)$")
 
 
@@ -46,6 +48,12 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM when the supervisor dies, even by SIGKILL (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def child_environment(settings: Settings, picks: Picks, index: int) -> dict[str, str]:
@@ -76,6 +84,7 @@ class Worker:
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
+            preexec_fn=die_with_parent,
         )
         self.relay = threading.Thread(target=self._relay, args=(self.process.stdout,), daemon=True)
         self.relay.start()
@@ -91,9 +100,13 @@ class Worker:
                 out.write(line)
                 out.flush()
 
-    def stop(self, timeout: float) -> None:
+    def terminate(self) -> None:
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
+
+    def stop(self, timeout: float) -> None:
+        if self.process.poll() is None:
+            self.terminate()
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -143,6 +156,8 @@ def supervise(settings: Settings, picks: Picks) -> int:
                     workers[i] = Worker(i, child_environment(shared, picks, i))
         return 0
     finally:
+        for worker in workers:  # all at once: each gets the whole shutdown time
+            worker.terminate()
         for worker in workers:
             worker.stop(settings.shutdown_timeout + 5.0)
         holder.close()
