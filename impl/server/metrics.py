@@ -12,6 +12,7 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
   `forwards_in_flight`) and counters (`store_*_total`: submitted, dedup hits, late duplicates,
   completed, failed, delivered, evictions; `backpressure_rejections_total{limit}`: the 429s).
 - `upstream_failures_total{class}` (connect, read, http_5xx, http_status, decode, choices,
+  decode_worker (a decode worker process died holding the sample),
   internal, shutdown) and `upstream_retries_total`.
 - `event_loop_lag_seconds` (histogram of the lag monitor's samples), `gc_pause_seconds
   {generation}` (every collection), `build_info` (picks, versions), and prometheus-client's own
@@ -74,6 +75,7 @@ FAILURE_CLASSES = (
     "http_status",
     "decode",
     "choices",
+    "decode_worker",
     "internal",
     "shutdown",
 )
@@ -330,7 +332,7 @@ class Metrics:
         self._records["done"].set(stats.get("records", 0) - pending - failed)
         self._gauges["store_stored_bytes"].set(stats.get("stored_bytes", 0))
         self._gauges["store_outstanding"].set(pending)
-        self._gauges["forwards_in_flight"].set(len(state.forwarder.tasks))
+        self._gauges["forwards_in_flight"].set(len(state.forwards.tasks))
         self._gauges["sessions"].set(state.sessions.stats().get("sampling_sessions", 0))
 
     def close(self) -> None:

@@ -151,7 +151,7 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
             message = f"invalid request body: {limits.shorten(str(exc))}"
             return await respond(send, 422, limits.error_body(message))
         record = await store.create(key, request.num_samples)
-        state.forwarder.submit(record, job)
+        state.forwards.submit(record, job)
     body = orjson.dumps(
         {"request_id": record.request_id, "sample_sequence_ids": record.sequence_ids}
     )
