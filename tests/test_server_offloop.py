@@ -294,3 +294,23 @@ def test_shutdown_with_work_in_flight_leaves_no_worker_and_does_not_hang():
                 assert _gone(pid), f"decode worker {pid} outlived the server"
         finally:
             server.stop()
+
+
+@pytest.mark.parametrize("name", _decoders())
+def test_threads_give_the_reference_bytes_for_every_gil_free_decoder(name):
+    decoder = registry.create("decode", name)
+    if not decoding.releases_gil(decoder):
+        pytest.skip(f"{name} holds the GIL: threads are not its design")
+
+    async def run() -> None:
+        threads = decoding.Threads(decoder, REFERENCE_ENCODER, workers=2, min_bytes=0)
+        try:
+            jobs = [(case.body, _job(case, _n(case))) for case in CASES]
+            got = await asyncio.gather(*(_through(threads, body, job) for body, job in jobs))
+            for case, (body, job), result in zip(CASES, jobs, got, strict=True):
+                assert result == _expected(body, job), case.id
+            assert threads.stats()["offloop"] == len(jobs)
+        finally:
+            await threads.aclose()
+
+    asyncio.run(run())
