@@ -47,8 +47,8 @@ class Settings:
         "auto",
         "where bodies are decoded and encoded: inline (on the event loop), threads (for a "
         "decoder that releases the GIL), processes (decode worker processes, any decoder), or "
-        "auto (threads when the picked decoder releases the GIL, else processes); /healthz "
-        "shows the choice and why",
+        "auto (processes: measured better than threads even for a GIL-free decoder); "
+        "/healthz shows the choice and why",
     )
     decode_workers: int | None = _opt(
         None,
