@@ -27,7 +27,7 @@ class _State:
         def stats():
             return {"records": 0, "pending": 0}
 
-    class forwarder:
+    class forwards:
         tasks = ()
 
     class sessions:

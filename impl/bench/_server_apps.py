@@ -1,7 +1,7 @@
 """The apps `impl/bench/server.py` compares, each served by the same uvicorn configuration.
 
 - `hotpath`: the production app (`impl.server.app.create_app`) with the forward left unsent
-  (`Forwarder.submit` replaced by a no-op after start-up), so an asample costs the route alone:
+  (`ForwardRunner.submit` replaced by a no-op after start-up), so an asample costs the route alone:
   auth, msgspec validation, session and dedup lookups, backpressure check, building the router
   body, creating the record, the response. The forward's own cost (pool, decode, encode) is
   what the pool/decode/encode sections measure.
@@ -118,7 +118,7 @@ def hotpath_app(metrics: bool = True) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(app: Any):
         async with started(app) as state:
-            state["server"].forwarder.submit = lambda record, job: None  # the route alone
+            state["server"].forwards.submit = lambda record, job: None  # the route alone
             yield state
 
     app.router.lifespan_context = lifespan

@@ -6,6 +6,10 @@ comparison (32k-token results) in-process, each a fresh fake router and a fresh 
 sections just recorded). A row's `parity` is False when any sample failed or went missing, so
 `hotpath bench` fails on a server that loses results.
 
+Then the off-loop comparison in its short form: `hotpath loadtest --preset probe-128x262k
+--num-requests 32 --compare inline` (realistic ~20 MB bodies, /healthz on a fresh connection
+every 50 ms): the picked server, then the same implementations decoding on the event loop.
+
 `--quick` scales the counts down (128 small requests, 8 long ones of 8192 tokens, one client
 process instead of two) and, since starting processes is then most of the time, runs both
 scenarios against one router and one server per side (baseline: router + `--baseline` server;
@@ -72,6 +76,50 @@ def _shared_runs(scenarios: list[presets.Scenario]) -> list[list[dict[str, Any]]
     return [list(pair) for pair in zip(*by_side, strict=True)]
 
 
+def _offloop(quick: bool) -> tuple[dict[str, Any], str, str]:
+    """(row, table, detail) of the off-loop comparison: inline vs the picked decode design."""
+    count = 8 if quick else 32
+    command = f"hotpath loadtest --preset probe-128x262k --num-requests {count} --compare inline"
+    print(f"-- {command}", file=sys.stderr, flush=True)
+    scenario = presets.get("probe-128x262k").with_overrides(num_requests=count, timeout=240.0)
+    picked = load.run_scenario(scenario, label="picked", verify="exact")
+    inline = load.run_scenario(
+        load.inline_scenario(scenario, picked), label="inline", verify="exact"
+    )
+    before, after = report.summarize(inline), report.summarize(picked)
+    problems = report.verdict(before) + report.verdict(after)
+    row = {
+        "scenario": "probe-128x262k",
+        "command": command,
+        "samples": count,
+        "max_tokens": scenario.max_tokens,
+        "inline": before,
+        "picked": after,
+        "ratios": report.compare(before, after),
+        "parity": not problems,
+        "problems": problems,
+    }
+    cells = []
+    for summary in (before, after):
+        cells.append(
+            (
+                f"{summary['label']} ({summary.get('decode_design') or '-'})",
+                _cell(summary["results_per_second"], ",.2f"),
+                _cell(summary["healthz_p50"], ".3f"),
+                _cell(summary["healthz_p99"], ".3f"),
+                _cell(summary["healthz_max"], ".3f"),
+                _cell(summary["loop_lag_max"], ".3f"),
+                _cell((summary["server_peak_rss_bytes"] or 0) / 1e6, ",.0f"),
+                f"{summary['completed']}/{summary['requested']}",
+            )
+        )
+    table = render_table(
+        ["decode", "res/s", "/healthz p50 s", "p99 s", "max s", "loop lag max s", "RSS MB", "done"],
+        cells,
+    )
+    return row, table, f"{command}\n{report.render_compare(before, after)}"
+
+
 def run(quick: bool) -> Section:
     rows, table_rows, detail = [], [], []
     picks: dict[str, str] = {}
@@ -122,6 +170,9 @@ def run(quick: bool) -> Section:
             )
         )
         detail.append(f"{command}\n{report.render_compare(before, after)}")
+    offloop_row, offloop_table, offloop_detail = _offloop(quick)
+    rows.append(offloop_row)
+    detail.append(offloop_detail)
     table = render_table(
         [
             "scenario",
@@ -135,6 +186,7 @@ def run(quick: bool) -> Section:
         ],
         table_rows,
     )
+    table += "\n\nOff the event loop (" + offloop_row["command"] + "):\n" + offloop_table
     notes = "\n\n".join(
         [
             *detail,

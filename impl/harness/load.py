@@ -8,7 +8,9 @@ flight, poll them with 45 s timeouts, retry as the SDK retries and check every r
 RSS, open fds, CPU time, /healthz latency and /metrics (where each result's time went: upstream
 wait, decode, encode, store, serve). At the end: a table, and with `--report PATH` the JSON
 report. `--compare baseline` runs the same scenario against `hotpath serve --baseline`
-and then the picked configuration, and prints them side by side with ratios. `--profile
+and then the picked configuration, and prints them side by side with ratios; `--compare inline`
+does the same with the picked configuration, then the same implementations decoding on the
+server's event loop (`--offloop inline`). `--profile
 PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
 
 Every run is bounded: `--num-requests` and `--timeout` (unfinished samples are reported as
@@ -57,6 +59,12 @@ _SCENARIO_FLAGS = {
         "server's client/config says, as the SDK does); with --client sdk it sets the server's "
         "--session-poll/--no-session-poll",
     ),
+    "--delay": ("delay", float, "delay mode: seconds before the router answers"),
+    "--healthz-interval": (
+        "healthz_interval",
+        float,
+        "seconds between /healthz probes (fresh connection each) and server RSS samples",
+    ),
 }
 
 
@@ -98,11 +106,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=("baseline", "poll", "client", "memory"),
+        choices=("baseline", "poll", "client", "inline", "memory"),
         help="two runs side by side with ratios: baseline (`hotpath serve --baseline`, then the "
         "picked configuration), poll (--poll request, then --poll session), client (the "
-        "SDK-shaped http client, then the real SDK), memory (one process on the memory store, "
-        "then --server-workers/--store)",
+        "SDK-shaped http client, then the real SDK), inline (the picked configuration, then the "
+        "same implementations decoding on the server's event loop, `--offloop inline`), memory "
+        "(one process on the memory store, then --server-workers/--store)",
     )
     parser.add_argument(
         "--server-workers", type=int, help="server processes on one port (`serve --workers N`)"
@@ -363,7 +372,12 @@ def run_scenario(
             started.append(server)
             url, server_pid = server.url, server.pid
             commands = {"router": router.command, "server": server.command}
-        sampler = procs.Sampler(server_pid, url, router_pid=router.pid if router else None)
+        sampler = procs.Sampler(
+            server_pid,
+            url,
+            interval=scenario.healthz_interval,
+            router_pid=router.pid if router else None,
+        )
         if profile is not None and server_pid:
             recorders = procs.start_pyspy(server_pid, profile)
         try:
@@ -405,6 +419,16 @@ def run_scenario(
             procs.stop_pyspy(recorders)  # before the server stops: py-spy writes its file
     run.update(label=label, scenario=scenario.as_json(), commands=commands)
     return run
+
+
+def inline_scenario(scenario: presets.Scenario, picked: dict[str, Any]) -> presets.Scenario:
+    """`scenario` against a server that decodes on its event loop (`--offloop inline`) with the
+    implementations the picked run used (its /healthz picks), so only the design differs."""
+    pinned: list[str] = []
+    for family, name in report.picks(picked.get("healthz")).items():
+        pinned += [f"--{family}", name]
+    extra = (*scenario.server_args, *pinned, "--offloop", "inline")
+    return scenario.with_overrides(server_args=extra)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -461,6 +485,8 @@ def run(args: argparse.Namespace) -> int:
             **common,
         )
     )
+    if args.compare == "inline":  # same implementations as the picked run, decoded on the loop
+        runs.insert(0, run_scenario(inline_scenario(scenario, runs[0]), label="inline", **common))
     summaries = [report.summarize(r) for r in runs]
     print(
         f"\nhotpath loadtest --preset {args.preset}: {scenario.num_requests} samples x "

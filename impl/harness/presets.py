@@ -31,11 +31,15 @@ class Scenario:
     timeout: float = 600.0
     #: client timeout of one retrieve_future poll (the SDK's 45 s)
     poll_timeout: float = 45.0
+    #: seconds between /healthz probes (each on a fresh connection) and RSS samples
+    healthz_interval: float = 0.5
     router_mode: str = "instant"
     router_body: str = "minimal"
     router_workers: int = 1
     gen_seconds: float = 0.0
     max_num_seqs: int = 0
+    #: delay mode: seconds before the router answers
+    delay: float = 0.0
     #: router fault injection, e.g. "500:0.01,reset:0.01" (empty: none)
     router_fail: str = ""
     #: how samples wait: "auto" (client/config decides, as the SDK), "session" (one
@@ -57,6 +61,8 @@ class Scenario:
         args = ["--mode", self.router_mode, "--body", self.router_body]
         if self.router_workers > 1:
             args += ["--workers", str(self.router_workers)]
+        if self.router_mode == "delay":
+            args += ["--delay", str(self.delay)]
         if self.router_mode == "latency":
             args += ["--gen-seconds", str(self.gen_seconds)]
             args += ["--max-num-seqs", str(self.max_num_seqs)]
@@ -93,6 +99,24 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             timeout=1800.0,
         ),
         "512 results of 262k tokens, realistic logprobs=1 vLLM bodies (~20 MB each)",
+    ),
+    "probe-128x262k": (
+        Scenario(
+            num_requests=128,
+            max_tokens=262144,
+            max_outstanding=64,
+            concurrency=64,
+            client_workers=1,
+            distinct_prompts=4,
+            router_mode="delay",
+            delay=0.2,
+            router_body="vllm",
+            router_workers=2,
+            healthz_interval=0.05,
+            timeout=900.0,
+        ),
+        "128 x 262k-token realistic vLLM bodies (~20 MB) answered after 0.2 s, 64 at a time, "
+        "/healthz on a fresh connection every 50 ms (a load balancer's probe)",
     ),
     "queue-32768": (
         Scenario(

@@ -71,6 +71,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "healthz_p50": percentile(healthz, 50),
         "healthz_p99": percentile(healthz, 99),
         "healthz_max": max(healthz) if healthz else None,
+        "loop_lag_max": loop_lag_max(run.get("healthz_timeline", [])),
         "healthz_failures": server.get("healthz_failures"),
         "healthz_samples": len(healthz),
         "router_peak_in_flight": router.get("peak_in_flight"),
@@ -84,7 +85,23 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "router_injected": router.get("injected"),
         "picks": picks(run.get("healthz")),
         "steps": run.get("steps") or [],
+        "decode_design": decode_design(run.get("healthz")),
     }
+
+
+def loop_lag_max(timeline: Sequence[Sequence[Any]]) -> float | None:
+    """Seconds: the worst event-loop lag the server reported in any /healthz answer."""
+    lags = [row[3] for row in timeline if len(row) > 3 and isinstance(row[3], (int, float))]
+    return max(lags) / 1e3 if lags else None
+
+
+def decode_design(healthz: dict[str, Any] | None) -> str | None:
+    """Where the server decodes bodies (inline, threads, processes) from a /healthz body."""
+    offloop = healthz.get("offloop") if isinstance(healthz, dict) else None
+    if not isinstance(offloop, dict):
+        return None
+    workers = offloop.get("workers")
+    return str(offloop.get("design")) + (f" x{workers}" if workers else "")
 
 
 def picks(healthz: dict[str, Any] | None) -> dict[str, str]:
@@ -140,6 +157,8 @@ _ROWS: tuple[tuple[str, str, Any, bool | None], ...] = (
     ("client CPU seconds", "client_cpu_seconds", _fmt_num, False),
     ("/healthz p50", "healthz_p50", _fmt_seconds, False),
     ("/healthz p99", "healthz_p99", _fmt_seconds, False),
+    ("/healthz max", "healthz_max", _fmt_seconds, False),
+    ("server loop lag max", "loop_lag_max", _fmt_seconds, False),
     ("/healthz failed", "healthz_failures", lambda v: "-" if v is None else str(v), None),
     ("router peak in flight", "router_peak_in_flight", lambda v: "-" if v is None else v, None),
 )
@@ -159,6 +178,8 @@ def _extras(summary: dict[str, Any]) -> list[str]:
         lines.append("polls served: " + _kv(summary["server_polls"]))
     if summary["picks"]:
         lines.append("server picks: " + _kv(summary["picks"]))
+    if summary.get("decode_design"):
+        lines.append("decode design: " + summary["decode_design"])
     return lines
 
 

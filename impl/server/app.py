@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,11 +25,11 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 import impl.encode
+from impl.server import decoding, routes
 from impl.server import limits as limits_module
 from impl.server import picks as picks_module
-from impl.server import routes
 from impl.server.baseline import BaselineStore
-from impl.server.forward import Forwarder
+from impl.server.forward import ForwardRunner
 from impl.server.limits import Limits
 from impl.server.picks import Picks
 from impl.server.routes._raw import RawRoute, respond
@@ -38,6 +39,8 @@ from impl.server.sessions import Sessions
 from impl.server.settings import Settings
 from impl.server.state import LagMonitor, State
 from impl.server.store import FutureStore, MemoryStore
+
+log = logging.getLogger("hotpath.server")
 
 
 class HotpathApp(FastAPI):
@@ -140,12 +143,27 @@ async def lifespan(
     parts = picks_module.create(picks, settings)
     store = _store(settings, parts["encoder"])
     metrics = _metrics(app, settings, picks)
-    forwarder = Forwarder(
-        pool=parts["pool"],
+    design, reason = decoding.choose(
+        settings.offloop, picks.decode.name, parts["decoder"], baseline=settings.baseline
+    )
+    log.info("decode design %s: %s", design, reason)
+    runner = decoding.create(
+        design,
         decoder=parts["decoder"],
         encoder=parts["encoder"],
+        decoder_name=picks.decode.name,
+        encoder_name=picks.encode.name,
+        workers=settings.decode_workers or decoding.default_workers(),
+        min_bytes=settings.offloop_min_bytes,
+        nice=settings.decode_worker_nice,
+    )
+    await runner.start()
+    forwards = ForwardRunner(
+        pool=parts["pool"],
+        decoding=runner,
         store=store,
         url=settings.completions_url,
+        budget=decoding.BodyBudget(settings.max_body_bytes_in_flight),
         metrics=metrics,
     )
     sessions: Any = Sessions()
@@ -153,8 +171,17 @@ async def lifespan(
         from impl.server.redis_sessions import RedisSessions
 
         sessions = RedisSessions(store)
-        store.on_takeover = forwarder.submit
-    state = State(settings, picks, store, sessions, forwarder, LagMonitor(), metrics=metrics)
+        store.on_takeover = forwards.submit
+    state = State(
+        settings,
+        picks,
+        store,
+        sessions,
+        forwards,
+        LagMonitor(),
+        metrics=metrics,
+        offloop_reason=reason,
+    )
     state.poll_hold = settings.poll_hold
     state.retry_after = str(settings.retry_after).encode()
     state.limits = Limits.from_settings(settings)
@@ -179,7 +206,7 @@ async def lifespan(
         state.gc.stop()
         state.lag.stop()
         store.close()  # wakes held polls
-        await forwarder.aclose()  # a shared store hands unfinished forwards over
+        await forwards.aclose()  # a shared store hands unfinished forwards over
         await store.aclose()
 
 

@@ -2,11 +2,14 @@
 
 `build_request` turns a validated `AsampleRequest` into the router's JSON (prompt token ids,
 `logprobs: 1` as an integer, `return_token_ids: true`, prompt_logprobs when asked, stop strings
-or stop token ids). `Forwarder.submit` runs the forward in a background task: the picked pool
-posts it; a connect-phase error or a 5xx is retried once, a failure after the request was sent
-is final (the engine may still be generating, a retry would generate twice). The reply is
-decoded by the picked decoder and encoded to SampleResponse proto bytes by the picked encoder,
-and the store completes or fails the record with a message saying what went wrong.
+or stop token ids). `ForwardRunner.submit` runs the forward in a background task (the pool's
+object that posts is the pool contract's `Forwarder`; this is the server's runner of forwards):
+it reserves the body's expected bytes in the `BodyBudget`, the picked pool posts the request; a
+connect-phase error or a 5xx is retried once, a failure after the request was sent is final
+(the engine may still be generating, a retry would generate twice). The picked decode design
+(`impl.server.decoding`: inline, threads or worker processes) turns the body into SampleResponse
+bytes with the picked decoder and encoder, and the store completes or fails the record with a
+message saying what went wrong.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from impl.decode import Completion, DecodeError
 from impl.pool import ConnectError, ReadError
+from impl.server.decoding import BodyBudget, DecodeJob, Inline, UpstreamFailed
 from impl.server.schemas import AsampleRequest
 from impl.server.store import FutureStore, Record, StoreUnavailable
 
@@ -39,10 +42,9 @@ class Job:
     """What a forward needs (the request body lives here, never in the store)."""
 
     body: bytes
-    prompt_tokens: list[int] | None
-    n: int
-    topk: int
-    include_prompt_logprobs: bool
+    decode: DecodeJob
+    #: bytes the router's answer is expected to take (reserved in the BodyBudget)
+    expected_bytes: int
 
 
 def build_request(request: AsampleRequest, model: str) -> Job:
@@ -82,7 +84,32 @@ def build_request(request: AsampleRequest, model: str) -> Job:
             raise SampleRejected("sampling_params.stop mixes strings and token ids")
     # The prompt is kept only when the decoder needs it (prompt logprobs are keyed by token).
     keep = tokens if include or topk else None
-    return Job(orjson.dumps(body), keep, request.num_samples, topk, include)
+    decode = DecodeJob(keep, request.num_samples, topk, include)
+    expected = expected_body_bytes(
+        request.num_samples, params.max_tokens, len(tokens), topk, include or bool(topk)
+    )
+    return Job(orjson.dumps(body), decode, expected)
+
+
+#: A logprobs=1 vLLM body takes ~82 bytes per generated token (token id, logprob, the top-1
+#: entry with its decoded text); prompt logprobs ~40 per prompt token plus ~45 per top-k entry.
+BYTES_PER_TOKEN = 96
+BYTES_PER_PROMPT_TOKEN = 48
+BYTES_PER_TOPK_ENTRY = 64
+BODY_OVERHEAD = 2048
+#: vLLM's completions default when max_tokens is not given.
+DEFAULT_MAX_TOKENS = 16
+
+
+def expected_body_bytes(
+    n: int, max_tokens: int | None, prompt_len: int, topk: int, prompt_logprobs: bool
+) -> int:
+    """An upper estimate of the router's body size, reserved before the request is sent."""
+    tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    size = BODY_OVERHEAD + n * (tokens * BYTES_PER_TOKEN + 512)
+    if prompt_logprobs:
+        size += prompt_len * (BYTES_PER_PROMPT_TOKEN + topk * BYTES_PER_TOPK_ENTRY)
+    return size
 
 
 def _quote(body: bytes) -> str:
@@ -90,35 +117,26 @@ def _quote(body: bytes) -> str:
     return repr(text) + ("…" if len(body) > _QUOTE else "")
 
 
-class UpstreamFailed(Exception):
-    """The sample cannot complete; the message is what retrieve_future reports, `kind` its
-    class in the metrics (connect, read, http_5xx, http_status, decode, choices)."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class Forwarder:
+class ForwardRunner:
     """Runs forwards in background tasks and completes or fails their records."""
 
     def __init__(
         self,
         *,
         pool: Any,
-        decoder: Any,
-        encoder: Any,
+        decoding: Inline,
         store: FutureStore,
         url: str,
+        budget: BodyBudget,
         metrics: Any = None,
-    ):
+    ) -> None:
         self.pool = pool
         #: impl.server.metrics.Metrics, or None with --no-metrics
         self.metrics = metrics
-        self.decoder = decoder
-        self.encoder = encoder
+        self.decoding = decoding
         self.store = store
         self.url = url
+        self.budget = budget
         self.tasks: set[asyncio.Task[None]] = set()
         self.attempts = 0
 
@@ -191,44 +209,42 @@ class Forwarder:
         raise AssertionError("unreachable")
 
     async def result(self, job: Job) -> bytes:
-        """SampleResponse proto bytes for `job`, or UpstreamFailed saying why not."""
+        """SampleResponse proto bytes for `job`, or UpstreamFailed saying why not.
+
+        The body's bytes are held in the budget from before the request is sent until the
+        proto bytes exist; no reference to the body outlives this call. The decode and encode
+        metrics are the time of those two steps wherever they ran (in a decode worker: not
+        counting the hand-over)."""
         metrics = self.metrics
-        started = time.perf_counter()
-        reply = await self.post(job.body)
-        if metrics is not None:
-            posted = time.perf_counter()
-            metrics.upstream_wait(posted - started)
-        if reply.status != 200:
-            again = " (after one retry)" if reply.status >= 500 else ""
-            raise UpstreamFailed(
-                f"the router answered HTTP {reply.status}{again}: {_quote(reply.body)}",
-                "http_5xx" if reply.status >= 500 else "http_status",
-            )
+        await self.budget.acquire(job.expected_bytes)
+        held = job.expected_bytes
         try:
-            completion: Completion = self.decoder.decode(
-                reply.body, prompt_tokens=job.prompt_tokens, topk_prompt_logprobs=job.topk
-            )
-        except DecodeError as exc:
-            raise UpstreamFailed(
-                f"the router's completion body is unreadable: {exc}", "decode"
-            ) from None
-        if len(completion.sequences) != job.n:
-            raise UpstreamFailed(
-                f"the router returned {len(completion.sequences)} choices for n={job.n}", "choices"
-            )
-        if not job.include_prompt_logprobs and completion.prompt_logprobs is not None:
-            completion = dataclasses.replace(completion, prompt_logprobs=None)
-        if metrics is None:
-            return self.encoder.encode(completion)
-        decoded = time.perf_counter()
-        metrics.decode(decoded - posted)
-        payload = self.encoder.encode(completion)
-        metrics.encode(time.perf_counter() - decoded)
-        return payload
+            started = time.perf_counter()
+            reply = await self.post(job.body)
+            if metrics is not None:
+                metrics.upstream_wait(time.perf_counter() - started)
+            body = reply.body
+            held = self.budget.settle(held, len(body))
+            if reply.status != 200:
+                again = " (after one retry)" if reply.status >= 500 else ""
+                raise UpstreamFailed(
+                    f"the router answered HTTP {reply.status}{again}: {_quote(body)}",
+                    "http_5xx" if reply.status >= 500 else "http_status",
+                )
+            del reply
+            payload, decode_seconds, encode_seconds = await self.decoding.to_proto(body, job.decode)
+            if metrics is not None:
+                metrics.decode(decode_seconds)
+                metrics.encode(encode_seconds)
+            return payload
+        finally:
+            self.budget.release(held)
 
     async def aclose(self) -> None:
+        self.decoding.closing = True
         for task in list(self.tasks):
             task.cancel()
         if self.tasks:
             await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.decoding.aclose()
         await self.pool.aclose()

@@ -12,6 +12,7 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
   `forwards_in_flight`) and counters (`store_*_total`: submitted, dedup hits, late duplicates,
   completed, failed, delivered, evictions; `backpressure_rejections_total{limit}`: the 429s).
 - `upstream_failures_total{class}` (connect, read, http_5xx, http_status, decode, choices,
+  decode_worker (a decode worker process died holding the sample),
   internal, shutdown) and `upstream_retries_total`.
 - `event_loop_lag_seconds` (histogram of the lag monitor's samples), `gc_pause_seconds
   {generation}` (every collection), `build_info` (picks, versions), and prometheus-client's own
@@ -74,6 +75,7 @@ FAILURE_CLASSES = (
     "http_status",
     "decode",
     "choices",
+    "decode_worker",
     "internal",
     "shutdown",
 )
@@ -321,7 +323,7 @@ class Metrics:
         """Flush the tallies; copy the store's counts into gauges, add counter increments."""
         for tally in self._tallies:
             tally.flush()
-        self._gauges["forwards_in_flight"].set(len(state.forwarder.tasks))
+        self._gauges["forwards_in_flight"].set(len(state.forwards.tasks))
         if state.store.describe()["kind"] != "memory" and state.settings.worker_index != 0:
             return  # a shared store's figures count every process: worker 0 alone exports them
         stats = state.store.stats()

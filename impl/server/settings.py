@@ -42,6 +42,36 @@ class Settings:
     accesslog: str | None = _opt(
         None, "access-log handler ('null' turns the access log off)", flag_type=str
     )
+    # -- off-loop decoding (impl.server.decoding) --
+    offloop: str = _opt(
+        "auto",
+        "where bodies are decoded and encoded: inline (on the event loop), threads (for a "
+        "decoder that releases the GIL), processes (decode worker processes, any decoder), or "
+        "auto (processes: measured better than threads even for a GIL-free decoder); "
+        "/healthz shows the choice and why",
+    )
+    decode_workers: int | None = _opt(
+        None,
+        "decode threads or worker processes (default: one per core this process may use)",
+        flag_type=int,
+    )
+    offloop_min_bytes: int = _opt(
+        1 << 20,
+        "bodies smaller than this are decoded on the loop even with threads or processes: "
+        "below it a decode blocks the loop for at most ~2 ms and costs less CPU in total "
+        "than handing the body over",
+    )
+    decode_worker_nice: int = _opt(
+        10,
+        "niceness added to decode worker processes, so the server's event loop gets a core "
+        "first when both want one (0: same priority)",
+    )
+    max_body_bytes_in_flight: int = _opt(
+        128 << 20,
+        "upstream body bytes held at once (expected size reserved before a request is sent, "
+        "released once its SampleResponse bytes exist); further requests wait before they "
+        "are sent, one body larger than this is let through alone",
+    )
     calibrate: bool = _opt(
         True, "allow a start-up calibration of a few seconds when nothing was measured here"
     )
@@ -181,10 +211,19 @@ class Settings:
             "max_tags",
             "workers",
             "store_lease",
+            "max_body_bytes_in_flight",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not 0 <= self.decode_worker_nice <= 19:
+            raise ValueError(f"decode_worker_nice must be 0..19, got {self.decode_worker_nice!r}")
+        if self.decode_workers is not None and self.decode_workers < 1:
+            raise ValueError(f"decode_workers must be >= 1, got {self.decode_workers!r}")
+        from impl.server.decoding import DESIGNS
+
+        if self.offloop not in DESIGNS:
+            raise ValueError(f"offloop must be one of {', '.join(DESIGNS)}, got {self.offloop!r}")
         nonnegative = (
             "poll_hold",
             "retry_after",
@@ -193,6 +232,7 @@ class Settings:
             "session_batch_wait",
             "metadata_first_bytes",
             "worker_index",
+            "offloop_min_bytes",
         )
         for name in nonnegative:
             if getattr(self, name) < 0:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from impl.server.forward import Forwarder
+from impl.server.forward import ForwardRunner
 from impl.server.limits import Limits
 from impl.server.picks import Picks
 from impl.server.sessions import Sessions
@@ -109,8 +109,10 @@ class State:
     picks: Picks
     store: FutureStore
     sessions: Sessions
-    forwarder: Forwarder
+    forwards: ForwardRunner
     lag: LagMonitor
+    #: the decode design and why it was chosen (shown on /healthz)
+    offloop_reason: str = ""
     gc: GcMonitor = field(default_factory=GcMonitor)
     #: impl.server.metrics.Metrics, or None with --no-metrics
     metrics: Any = None

@@ -1,6 +1,6 @@
 """The future store: one record per sample, from asample until its result is evicted.
 
-`FutureStore` is the interface the routes and the forwarder use (async, so a shared store can
+`FutureStore` is the interface the routes and the forward runner use (async, so a shared store can
 replace the embedded one later); `MemoryStore` is the embedded implementation.
 
 Retention has two clocks. A completed (or failed) result is kept `completed_ttl` seconds while
@@ -84,7 +84,7 @@ class StoreUnavailable(Exception):
 
 
 class FutureStore(Protocol):
-    """What the routes and the forwarder need from a store of sample futures."""
+    """What the routes and the forward runner need from a store of sample futures."""
 
     #: True when delivery is counted when the response is built, not when it was sent.
     clock_starts_on_build: bool

@@ -1,5 +1,5 @@
-"""`GET /healthz`: picks and why, the store (kind, address, round trip) and its counts, the
-answering process, event-loop lag, GC pauses.
+"""`GET /healthz`: picks and why, decode design and why, the store (kind, address, round trip)
+and its counts, the answering process, event-loop lag, GC pauses.
 `GET /metrics`: the same and more in Prometheus text format (see impl/server/metrics.py)."""
 
 from __future__ import annotations
@@ -31,8 +31,14 @@ async def healthz(state: ServerState) -> dict[str, Any]:
         },
         "sessions": state.sessions.stats(),
         "polls": dict(state.polls),
-        "forwards_in_flight": len(state.forwarder.tasks),
-        "forward_attempts": state.forwarder.attempts,
+        "forwards_in_flight": len(state.forwards.tasks),
+        "forward_attempts": state.forwards.attempts,
+        "offloop": {
+            "design": state.forwards.decoding.name,
+            "reason": state.offloop_reason,
+            **state.forwards.decoding.stats(),
+            "body_budget": state.forwards.budget.stats(),
+        },
         "event_loop_lag_ms": state.lag.snapshot(),
         "gc": state.gc.snapshot(),
         "uptime_s": round(state.uptime(), 1),

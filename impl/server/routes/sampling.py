@@ -173,7 +173,7 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
             return await respond(send, 422, limits.error_body(message))
         record = await store.create(key, request.num_samples, job)
         if record.fresh:  # else another process claimed the key a moment before
-            state.forwarder.submit(record, job)
+            state.forwards.submit(record, job)
     body = orjson.dumps(
         {"request_id": record.request_id, "sample_sequence_ids": record.sequence_ids}
     )
