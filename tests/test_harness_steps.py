@@ -27,6 +27,13 @@ class _State:
         def stats():
             return {"records": 0, "pending": 0}
 
+        @staticmethod
+        def describe():
+            return {"kind": "memory"}
+
+    class settings:
+        worker_index = 0
+
     class forwards:
         tasks = ()
 

@@ -18,6 +18,7 @@ pytest.importorskip("redis", reason="the shared store needs redis-py: pip instal
 from impl.encode import sample_pb2
 from impl.harness import bodies
 from impl.server import embedded
+from impl.server.decoding import DecodeJob
 from impl.server.forward import Job
 from impl.server.redis_store import RedisStore
 from impl.server.store import DONE, FAILED, PENDING, StoreUnavailable
@@ -163,7 +164,7 @@ def test_caps_hold_across_processes(engine):
 def test_a_lapsed_lease_is_taken_over_with_its_job(engine):
     async def go():
         a, b = two_processes(engine, lease=0.2)
-        job = Job(b'{"prompt":[1,2,3],"n":2}', [1, 2, 3], 2, 0, True)
+        job = Job(b'{"prompt":[1,2,3],"n":2}', DecodeJob([1, 2, 3], 2, 0, True), 4096)
         record = await a.create(("s", 1), 2, job)
         taken: list = []
         b.on_takeover = lambda rec, j: taken.append((rec, j))

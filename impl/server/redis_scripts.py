@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
+from impl.server.decoding import DecodeJob
 from impl.server.forward import Job
 from impl.server.store import Key, StoreUnavailable
 
@@ -153,14 +154,16 @@ def unkey(raw: bytes | None) -> Key | None:
 
 def unpack_job(body: bytes, options: str) -> Job:
     """The Job `_pack` kept, for the process taking a record over."""
-    n, topk, include, keep = (int(part) for part in options.split(" "))
+    n, topk, include, keep, expected = (int(part) for part in options.split(" "))
     prompt = orjson.loads(body)["prompt"] if keep else None
-    return Job(body, prompt, n, topk, bool(include))
+    return Job(body, DecodeJob(prompt, n, topk, bool(include)), expected)
 
 
 def pack(job: Any) -> tuple[bytes, str]:
     """A forward's router body and options as the record keeps them (for a takeover)."""
     if job is None:
         return b"", ""
-    keep = int(job.prompt_tokens is not None)
-    return job.body, f"{job.n} {job.topk} {int(job.include_prompt_logprobs)} {keep}"
+    decode = job.decode
+    keep = int(decode.prompt_tokens is not None)
+    options = f"{decode.n} {decode.topk} {int(decode.include_prompt_logprobs)} {keep}"
+    return job.body, f"{options} {job.expected_bytes}"
