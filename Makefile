@@ -57,7 +57,7 @@ asv-history: $(STAMP)
 
 dashboard: $(STAMP)
 	$(ASV) publish
-	$(BIN)/python -m impl.bench.dashboard .asv/html
+	$(BIN)/python -m impl.ci.dashboard .asv/html
 	@echo "open: $(BIN)/python -m http.server --bind 127.0.0.1 8080 -d .asv/html  ->  http://127.0.0.1:8080/"
 	@echo "  (or $(BIN)/asv preview, which listens on every interface)"
 
@@ -65,7 +65,7 @@ perf: $(STAMP)
 	$(BIN)/python -m pytest perf -p no:cacheprovider --benchmark-columns=min,median,iqr,ops,rounds $(ARGS)
 
 gate: $(STAMP)
-	$(BIN)/python -m impl.bench.gate $(ARGS)
+	$(BIN)/python -m impl.ci.gate $(ARGS)
 
 gate-demo: $(STAMP)
-	$(BIN)/python -m impl.bench.gate_demo $(ARGS)
+	$(BIN)/python -m impl.ci.gate_demo $(ARGS)

@@ -3,7 +3,7 @@
 Not collected by `make test` (pyproject's testpaths is `tests`). Each test sets
 `benchmark.group` to "<family> <input>", so one run prints one table per family and input with
 every implementation as a row, and stores `extra_info` (family, input, implementation) so the
-`--benchmark-json` file says what each row measured (`impl.bench.perfjson.rows` reads it).
+`--benchmark-json` file says what each row measured (`impl.ci.perfjson.rows` reads it).
 An implementation that cannot run here is skipped with its install hint; one whose output
 differs from the reference's fails (no speed without correctness).
 """

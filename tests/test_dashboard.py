@@ -4,7 +4,7 @@ Builds a tiny asv project in a temporary git repository (three commits, one `tra
 benchmark whose value changes per commit), records results for each commit with the
 `existing` environment, runs `asv publish` with this repository's asv.conf.json settings for
 the html (so a broken config fails here), makes the pages offline-capable with
-`impl.bench.dashboard` (asv's pages load their JavaScript from CDNs this machine cannot
+`impl.ci.dashboard` (asv's pages load their JavaScript from CDNs this machine cannot
 reach), serves the html on loopback (port 0) and loads the benchmark's graph page in
 headless Chromium: the DOM must hold the flot canvases and the
 screenshot must not be blank. Skipped with a reason where Chromium is not installed
@@ -25,7 +25,7 @@ import _asv_tiny as tiny
 import numpy as np
 import pytest
 
-from impl.bench import dashboard
+from impl.ci import dashboard
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BENCH = tiny.BENCH

@@ -1,4 +1,4 @@
-"""The regression gate's decisions (impl.bench.gate), on asv's real result files.
+"""The regression gate's decisions (impl.ci.gate), on asv's real result files.
 
 The full gate (two commits built and benchmarked) takes minutes and runs in .ci/run; here a
 tiny asv project records chosen values per commit and the gate's comparison must flag a
@@ -16,7 +16,7 @@ import sys
 import _asv_tiny as tiny
 import pytest
 
-from impl.bench import gate
+from impl.ci import gate
 
 MACHINE = "tiny-gate"
 BENCH = [(tiny.BENCH, None)]

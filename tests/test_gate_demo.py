@@ -1,4 +1,4 @@
-"""The gate demonstration's pieces (impl.bench.gate_demo); the demo itself takes ~10 min a run.
+"""The gate demonstration's pieces (impl.ci.gate_demo); the demo itself takes ~10 min a run.
 
 The slowdown patch must make the decoder the gate picks decode every body exactly twice and
 still return the reference's result; the throwaway repository must hold a snapshot of the
@@ -12,7 +12,7 @@ import _asv_tiny as tiny
 import pytest
 
 from impl import registry
-from impl.bench import gate, gate_demo
+from impl.ci import gate, gate_demo
 from impl.decode.parity import same
 from impl.harness.bodies import body_for
 

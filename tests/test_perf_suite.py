@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from impl.bench import perfjson
+from impl.ci import perfjson
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
 asv 0.6's pages load jQuery, flot, bootstrap, md5 and stupidtable from public CDNs; on a
 machine without internet access (this project's CI) the pages then show only "Make sure you
-have an active internet connection". `python -m impl.bench.dashboard [HTML_DIR]` (run by `make
+have an active internet connection". `python -m impl.ci.dashboard [HTML_DIR]` (run by `make
 dashboard` after `asv publish`) fetches the same library versions once with `npm pack` (the
 npm registry is reachable where the CDNs are not), caches them under
 ~/.cache/hotpath/asv-vendor, copies them to HTML_DIR/vendor/ and points the pages at them.

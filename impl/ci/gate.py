@@ -1,6 +1,6 @@
 """The CI regression gate: the previous commit and HEAD benchmarked in the same run, interleaved.
 
-`python -m impl.bench.gate` (or `make gate`) runs `asv run --interleave-rounds` on BASE
+`python -m impl.ci.gate` (or `make gate`) runs `asv run --interleave-rounds` on BASE
 (default: HEAD's first parent) and HEAD, on a small subset of `benchmarks/`: the decode of a
 realistic 262k-token vLLM body by the picked decoder, the picked encoder on a 262k-token
 completion, the picked pool at 1024 requests in flight, the picked access-log handler, and one
@@ -238,7 +238,7 @@ def run_rounds(patterns: list[str], extra: list[str], hashes: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m impl.bench.gate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m impl.ci.gate", description=__doc__)
     parser.add_argument("--factor", type=float, default=FACTOR, help="slowdown that fails")
     parser.add_argument("--base", help="commit to compare against (default: HEAD's parent)")
     parser.add_argument("--head", default="HEAD", help="commit under test (default: HEAD)")

@@ -1,6 +1,6 @@
 """Show, repeatably, that the regression gate catches a 2x slowdown and passes unchanged code.
 
-`python -m impl.bench.gate_demo` (or `make gate-demo`) works in a throwaway git repository under
+`python -m impl.ci.gate_demo` (or `make gate-demo`) works in a throwaway git repository under
 `.asv/gate-demo/repo` (kept between runs, so asv's virtualenv there is built once). It commits a
 snapshot of this working tree (tracked and untracked, not ignored, files) as the base, then two
 commits on top of it:
@@ -10,7 +10,7 @@ commits on top of it:
   against the unchanged decoder on the gated 262k-token body and prints the ratio (~2x);
 - `unchanged`: one comment line added to the same module.
 
-Each case runs the real gate (`python -m impl.bench.gate --base <snapshot> --head <case>`, in
+Each case runs the real gate (`python -m impl.ci.gate --base <snapshot> --head <case>`, in
 the throwaway repository) `--runs` times, cases alternating, and a table prints the gate's exit
 status, the decode ratio it measured, whether its verdict was the expected one, and its wall
 time. Exit 0 only when every verdict was correct. Gate logs: `.asv/gate-demo/logs/`. Nothing
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from impl.bench import gate
+from impl.ci import gate
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKDIR = ROOT / ".asv" / "gate-demo"
@@ -188,7 +188,7 @@ def timers(processes: int) -> None:
 
 def run_gate(repo: Path, base: str, head: str, log: Path, summary: Path) -> tuple[int, float]:
     """The real gate in `repo` (its own code and asv files); exit status and wall seconds."""
-    command = [sys.executable, "-m", "impl.bench.gate", "--base", base, "--head", head]
+    command = [sys.executable, "-m", "impl.ci.gate", "--base", base, "--head", head]
     # `-m` puts the cwd (the throwaway repository) first on sys.path: its impl, its asv files
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     start = time.monotonic()
@@ -201,7 +201,7 @@ def run_gate(repo: Path, base: str, head: str, log: Path, summary: Path) -> tupl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m impl.bench.gate_demo",
+        prog="python -m impl.ci.gate_demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
