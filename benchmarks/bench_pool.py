@@ -10,6 +10,15 @@ is installed: an implementation that cannot run here raises NotImplementedError 
 - `ClientCPU.track_cpu_ms_per_request` / `track_wall_seconds`: one burst in a fresh process
   (`impl.bench.pool.measure`), its CPU (all threads) per request and its wall time; the two
   share one measurement through `setup_cache`'s directory.
+
+Budget (as `hotpath bench`'s pool section): some pools cost quadratically in the count (httpx
+spent minutes per burst of 4096 here, and asv repeats a sample up to 5 times), so each class
+keeps the wall seconds of every burst in its `setup_cache` directory, and `setup` raises
+NotImplementedError (n/a) for a count whose burst `impl.bench.pool.predict` scales, from that
+implementation's smaller counts, beyond the class's budget (FORWARD_BUDGET_SECONDS per burst
+of `Forward`, `impl.bench.pool.BUDGET_SECONDS` per fresh-process burst of `ClientCPU`). asv
+runs a class's parameter combinations in order, smallest count first; a combination selected
+alone (the gate's) has no smaller count measured and always runs.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+import time
 from pathlib import Path
 
 from impl import registry
@@ -26,10 +36,36 @@ FAMILY = "pool"
 NAMES = list(registry.names(FAMILY))
 
 
+#: wall seconds one warm `Forward` burst may be predicted to take (asv samples it up to 5 times)
+FORWARD_BUDGET_SECONDS = 5.0
+
+
 def _unavailable(implementation: str) -> None:
     reason = registry.unavailable_reason(FAMILY, implementation)
     if reason:
         raise NotImplementedError(reason)
+
+
+def _walls(cache: str, implementation: str) -> dict[int, float]:
+    """Wall seconds of the bursts of `implementation` recorded in `cache`, by count."""
+    walls = {}
+    for path in Path(cache).glob(f"{implementation}-*.json"):
+        count = path.stem.rsplit("-", 1)[1]
+        if count.isdigit():
+            walls[int(count)] = json.loads(path.read_text())["wall_seconds"]
+    return walls
+
+
+def check_budget(cache: str, implementation: str, in_flight: int, budget: float) -> None:
+    """NotImplementedError (n/a) when the smaller bursts predict one of `in_flight` over budget."""
+    walls = {
+        count: wall for count, wall in _walls(cache, implementation).items() if count < in_flight
+    }
+    if walls and (predicted := bench.predict(walls, in_flight)) > budget:
+        raise NotImplementedError(
+            f"{implementation}: a burst of {in_flight} is predicted to take {predicted:.0f} s "
+            f"wall (from {max(walls)} in flight), over the {budget:.0f} s budget"
+        )
 
 
 class Forward:
@@ -42,19 +78,29 @@ class Forward:
     warmup_time = 0.0
     timeout = 3600
 
-    def setup(self, implementation, in_flight):
+    def setup_cache(self):
+        """A directory where each (implementation, N)'s first burst records its wall seconds."""
+        return tempfile.mkdtemp(prefix="hotpath-bench-forward-")
+
+    def setup(self, cache, implementation, in_flight):
         _unavailable(implementation)
+        check_budget(cache, implementation, in_flight, FORWARD_BUDGET_SECONDS)
         self.router = bench.start_barrier_router(in_flight)
         self.url = self.router.url + "/v1/completions"
         self.loop = asyncio.new_event_loop()
         self.forwarder = registry.create(FAMILY, implementation, max_connections=in_flight)
         try:
-            self.time_forward(implementation, in_flight)  # opens the N connections
+            started = time.perf_counter()
+            self.time_forward(cache, implementation, in_flight)  # opens the N connections
+            wall = time.perf_counter() - started
         except BaseException:
-            self.teardown(implementation, in_flight)  # asv skips teardown when setup fails
+            self.teardown(cache, implementation, in_flight)  # asv skips teardown when setup fails
             raise
+        record = Path(cache, f"{implementation}-{in_flight}.json")
+        if not record.exists():
+            record.write_text(json.dumps({"wall_seconds": wall}))
 
-    def teardown(self, implementation, in_flight):
+    def teardown(self, cache, implementation, in_flight):
         try:
             self.loop.run_until_complete(self.forwarder.aclose())
             self.loop.close()
@@ -67,7 +113,7 @@ class Forward:
             *(post(self.url, bench.REQUEST, bench.HEADERS) for _ in range(in_flight))
         )
 
-    def time_forward(self, implementation, in_flight):
+    def time_forward(self, cache, implementation, in_flight):
         replies = self.loop.run_until_complete(self._burst(in_flight))
         if any(reply.status != 200 for reply in replies):
             raise RuntimeError(f"{implementation}: a forward failed")
@@ -86,13 +132,7 @@ class ClientCPU:
 
     def setup(self, cache, implementation, in_flight):
         _unavailable(implementation)
-        half = Path(
-            cache, f"{implementation}-{in_flight // 2}.json"
-        )  # measured when N/2 is a param
-        if half.exists() and json.loads(half.read_text())["wall_seconds"] > bench.BUDGET_SECONDS:
-            raise NotImplementedError(
-                f"{implementation}: the burst of N/2 exceeded the time budget"
-            )
+        check_budget(cache, implementation, in_flight, bench.BUDGET_SECONDS)
 
     def _measure(self, cache, implementation, in_flight):
         path = Path(cache, f"{implementation}-{in_flight}.json")

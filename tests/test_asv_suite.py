@@ -1,0 +1,65 @@
+"""The asv suite's own rules (benchmarks/): n/a where a figure does not exist, budgets on cost.
+
+asv records an exception raised in a benchmark's body as a failure (and `asv run` exits 2),
+and NotImplementedError raised in `setup` as n/a; so a failure must mean something broke.
+These tests drive the benchmarks through asv_runner's own discovery and setup, as `asv run`
+does, without timing anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from asv_runner.discovery import get_benchmark_from_name
+
+from impl import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import bench_pool  # noqa: E402 - the suite is imported from the repository
+
+
+def asv_benchmark(name: str, params: tuple) -> object:
+    """The asv_runner Benchmark `name` set to the combination `params` (as `asv run` sets it)."""
+    benchmark = get_benchmark_from_name(str(ROOT / "benchmarks"), name)
+    combos = list(itertools.product(*benchmark._params))
+    benchmark.set_param_idx(combos.index(params))
+    return benchmark
+
+
+@pytest.mark.parametrize("implementation", registry.names("accesslog"))
+def test_listener_track_is_na_without_a_listener(implementation):
+    """track_listener_cpu_us: setup skips (n/a) every handler but queue; queue's setup runs it."""
+    if registry.unavailable_reason("accesslog", implementation):
+        pytest.skip(registry.unavailable_reason("accesslog", implementation))
+    name = "bench_accesslog.AccessRecord.track_listener_cpu_us"
+    benchmark = asv_benchmark(name, (implementation,))
+    skipped = benchmark.do_setup()
+    if not skipped:
+        benchmark.do_teardown()
+    assert skipped == (implementation != "queue")
+
+
+def test_pool_budget_skips_a_predicted_long_burst(tmp_path):
+    """A burst predicted (quadratically, from the smaller count) over budget is n/a, with why."""
+    (tmp_path / "httpx-256.json").write_text(json.dumps({"wall_seconds": 1.0}))
+    (tmp_path / "aiohttp-256.json").write_text(json.dumps({"wall_seconds": 0.1}))
+    with pytest.raises(NotImplementedError, match=r"httpx: a burst of 1024 .* 16 s .* 5 s budget"):
+        bench_pool.check_budget(str(tmp_path), "httpx", 1024, 5.0)
+    bench_pool.check_budget(str(tmp_path), "aiohttp", 1024, 5.0)  # 1.6 s predicted: runs
+    bench_pool.check_budget(str(tmp_path), "httpx", 256, 5.0)  # nothing smaller known: runs
+    bench_pool.check_budget(str(tmp_path), "httpx2", 4096, 5.0)  # nothing known at all: runs
+
+
+def test_pool_budget_uses_the_measured_growth(tmp_path):
+    """With two smaller bursts the exponent is measured: linear growth 256 -> 1024 predicts 4x."""
+    for count, wall in ((256, 0.5), (1024, 2.0)):
+        (tmp_path / f"aiohttp-{count}.json").write_text(json.dumps({"wall_seconds": wall}))
+    bench_pool.check_budget(str(tmp_path), "aiohttp", 4096, 8.5)  # predicted 8 s
+    with pytest.raises(NotImplementedError, match="predicted to take 8 s"):
+        bench_pool.check_budget(str(tmp_path), "aiohttp", 4096, 7.5)
