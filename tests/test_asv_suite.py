@@ -63,3 +63,22 @@ def test_pool_budget_uses_the_measured_growth(tmp_path):
     bench_pool.check_budget(str(tmp_path), "aiohttp", 4096, 8.5)  # predicted 8 s
     with pytest.raises(NotImplementedError, match="predicted to take 8 s"):
         bench_pool.check_budget(str(tmp_path), "aiohttp", 4096, 7.5)
+
+
+def test_instruction_counts_are_na_without_valgrind(monkeypatch):
+    """Without Valgrind every instruction-count track is n/a (setup), with the install hint."""
+    from impl.ci import gate_icount, icount
+
+    monkeypatch.setattr(icount.shutil, "which", lambda name: None)
+    for name, params in gate_icount.gated():
+        benchmark = asv_benchmark(name, params)
+        assert benchmark.do_setup() is True, params
+
+
+def test_gated_instruction_counts_exist():
+    """The gate's instruction-count stage selects existing benchmarks and parameter values."""
+    from impl.ci import gate_icount
+
+    for name, params in gate_icount.gated():
+        benchmark = asv_benchmark(name, params)
+        assert benchmark.unit == "instructions"

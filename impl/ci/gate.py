@@ -28,6 +28,10 @@ result on HEAD at all, also fails the gate; one that BASE could not run is repor
 compared. Stored results of both commits are deleted first, so stale numbers are never
 compared. `--json PATH` writes each benchmark's values, samples and ratios (and the first
 run's, before any confirmation).
+Then the instruction-count stage (`impl.ci.gate_icount`): the CPU-bound steps counted under
+Valgrind in fresh processes on both commits, failing at a rise of 1.05x (`--icount-factor`);
+the timers above stay for what counting cannot see (system calls, waiting, contention). A line
+`Gate-accept: NAME` in a commit message of BASE..HEAD accepts an intended rise of NAME.
 Exit 0: pass (also for a first commit); 1: a slowdown or a failure; 2: the gate could not run.
 """
 
@@ -44,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from impl import registry
+from impl.ci import gate_icount
 from impl.measure import LARGEST_TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,7 +244,15 @@ def run_rounds(patterns: list[str], extra: list[str], hashes: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m impl.ci.gate", description=__doc__)
-    parser.add_argument("--factor", type=float, default=FACTOR, help="slowdown that fails")
+    parser.add_argument(
+        "--factor", type=float, default=FACTOR, help="time/CPU slowdown that fails (default 1.5)"
+    )
+    parser.add_argument(
+        "--icount-factor",
+        type=float,
+        default=gate_icount.ICOUNT_FACTOR,
+        help="instruction-count rise that fails (default 1.05)",
+    )
     parser.add_argument("--base", help="commit to compare against (default: HEAD's parent)")
     parser.add_argument("--head", default="HEAD", help="commit under test (default: HEAD)")
     parser.add_argument("--list", action="store_true", help="print the asv -b regexes and stop")
@@ -262,9 +275,11 @@ def gate(args: argparse.Namespace) -> int:
     picks = {family: picked(family) for family in registry.families()}
     benchmarks = gated(picks)
     regexes = [regex(name, params) for name, params in benchmarks]
+    counted = [regex(name, params) for name, params in gate_icount.gated()]
+    no_valgrind = gate_icount.skipped_reason()
     print("gate: picks " + ", ".join(f"{k}={v}" for k, v in picks.items()), flush=True)
     if args.list:
-        print("\n".join(regexes))
+        print("\n".join(regexes + counted))
         return 0
     head = git("rev-parse", "--verify", args.head)
     if head is None:
@@ -288,7 +303,10 @@ def gate(args: argparse.Namespace) -> int:
         # fresh process per commit; track_ ones (the loadtest, its own rounds inside): one.
         timed = [r for (name, _), r in zip(benchmarks, regexes, strict=True) if ".time_" in name]
         tracked = [r for r in regexes if r not in timed]
-        for patterns, extra in ((timed, ["-a", f"rounds={ROUNDS}"]), (tracked, [])):
+        stages = [(timed, ["-a", f"rounds={ROUNDS}"]), (tracked, [])]
+        if no_valgrind is None:  # instruction counts: one fresh process per step and commit
+            stages.append((counted, []))
+        for patterns, extra in stages:
             if not run_rounds(patterns, extra, hashes):
                 return 2
     worse, on_base, on_head = compare(base, head, benchmarks, args.factor)
@@ -323,12 +341,28 @@ def gate(args: argparse.Namespace) -> int:
                 return 2
         _, on_base, on_head = compare(base, head, benchmarks, args.factor)
         confirmed = slower(base, head, benchmarks, args.factor)
-        worse = bool({n for n in confirmed if ".time_" in n} | (confirmed & tracks))
+        found = {n for n in confirmed if ".time_" in n} | (confirmed & tracks)
+        worse = bool(found)
         again = ratios(base, head, benchmarks)
         for name in sorted(tracks):
             then, now = first[name]["ratio"], again[name]["ratio"]
             held = "beyond it again: fails" if name in confirmed else "within it: passes"
             print(f"gate: {name}: {then:.2f}x in the first run, {now or 0:.2f}x again, {held}")
+    messages = git("log", "--format=%B", f"{base}..{head}") or ""
+    accepted = gate_icount.accepted_names(messages)
+    if accepted:
+        print("gate: accepted by commit message: " + ", ".join(accepted))
+    params_of = dict(benchmarks)
+    taken = {n for n in found if gate_icount.is_accepted(n, params_of[n], accepted)}
+    if worse and taken:
+        print("gate: slower but accepted: " + ", ".join(sorted(taken)))
+        worse = bool(found - taken)
+    if no_valgrind:
+        print(f"\ngate: instruction counts skipped: {no_valgrind}")
+        counts: dict[str, dict[str, Any]] = {}
+    else:
+        counts = gate_icount.values(base, head, gated_results)
+    risen = gate_icount.compare(counts, args.icount_factor, accepted) if counts else set()
     names = [name for name, _ in benchmarks]
     not_on_base = [name for name in names if name not in on_base]
     failed_head = [name for name in names if name not in on_head and name in on_base]
@@ -341,20 +375,32 @@ def gate(args: argparse.Namespace) -> int:
         print("gate: FAIL - ran on the base commit, fails on HEAD: " + ", ".join(failed_head))
     if worse:
         print(f"gate: FAIL - a gated benchmark is slower by more than {args.factor}x (table above)")
-    status = 1 if worse or failed_head or missing_head else 0
+    if risen:
+        steps = ", ".join(counts[name]["step"] for name in sorted(risen))
+        print(f"gate: FAIL - instructions rose by {args.icount_factor}x or more: {steps}")
+    if worse or risen:
+        example = counts[min(risen)]["step"] if risen else min(found).rsplit(".", 1)[-1]
+        print(gate_icount.HOW_TO_ACCEPT.format(example=example))
+    status = 1 if worse or risen or failed_head or missing_head else 0
     if args.json:
         summary = {
             "base": base,
             "head": head,
             "factor": args.factor,
+            "icount_factor": args.icount_factor,
             "status": status,
             "benchmarks": ratios(base, head, benchmarks),
             "first_run": first,
+            "instruction_counts": counts,
+            "accepted": accepted,
         }
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     if status:
         return status
-    print(f"gate: PASS - no gated benchmark slower by more than {args.factor}x")
+    print(
+        f"gate: PASS - no gated benchmark slower by more than {args.factor}x"
+        + ("" if no_valgrind else f", no instruction count up by {args.icount_factor}x")
+    )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Show, repeatably, that the regression gate catches a 2x slowdown and passes unchanged code.
+"""Show, repeatably, that the regression gate catches a slowdown and passes unchanged code.
 
 `python -m impl.ci.gate_demo` (or `make gate-demo`) works in a throwaway git repository under
 `.asv/gate-demo/repo` (kept between runs, so asv's virtualenv there is built once). It commits a
@@ -8,12 +8,17 @@ commits on top of it:
 - `slow`: the decoder the gate picks decodes every body twice (its module's `create()` returns
   a wrapper whose `decode` calls the real one twice); the demo times it directly, CPU time,
   against the unchanged decoder on the gated 262k-token body and prints the ratio (~2x);
-- `unchanged`: one comment line added to the same module.
+- `unchanged`: one comment line added to the same module;
+- `slowdown` (with `--slowdown F`, e.g. 1.08): the picked decoder also decodes, after each
+  body, a body of (F - 1) times its generated tokens (a re-scan of part of the body: work
+  proportional to the body, like a real regression), so a decode costs ~F times as much; the
+  demo times it directly too, and the gate's instruction-count stage measures it.
 
 Each case runs the real gate (`python -m impl.ci.gate --base <snapshot> --head <case>`, in
 the throwaway repository) `--runs` times, cases alternating, and a table prints the gate's exit
-status, the decode ratio it measured, whether its verdict was the expected one, and its wall
-time. Exit 0 only when every verdict was correct. Gate logs: `.asv/gate-demo/logs/`. Nothing
+status, the decode ratios it measured (CPU time, and instructions of the 262k decode), whether
+its verdict was the expected one, and its wall time. Exit 0 only when every verdict was
+correct. Gate logs: `.asv/gate-demo/logs/`. Nothing
 here touches this repository's git state or its `.asv/results`.
 
 `--timers N` instead runs N fresh processes (like asv's rounds) that each time the gated decode
@@ -39,7 +44,8 @@ from impl.ci import gate
 ROOT = Path(__file__).resolve().parents[2]
 WORKDIR = ROOT / ".asv" / "gate-demo"
 DECODE = "bench_decode.Decode.time_decode"
-EXPECTED = {"slow": 1, "unchanged": 0}
+DECODE_COUNT = "bench_icount.InstructionCount.track_instructions('decode-262k')"
+EXPECTED = {"slow": 1, "unchanged": 0, "slowdown": 1}
 
 #: appended to the picked decoder's module: create() now returns a decoder that decodes twice
 SLOWDOWN = """
@@ -64,6 +70,48 @@ def create(**options):
     return _DecodesTwice(_create_once(**options))
 """
 UNCHANGED = "\n# gate demo: an unchanged commit (this comment is the whole change)\n"
+
+#: appended for `--slowdown F`: each decode also decodes a body of (F - 1) x its tokens
+PARTIAL_SLOWDOWN = """
+
+# gate demo: a deliberate slowdown of ~{factor}x: after each body, a body of {fraction:.1%} of
+# its generated tokens is decoded too (a re-scan of part of the body)
+_create_once = create
+
+
+class _RescansPart:
+    def __init__(self, decoder):
+        self._decoder = decoder
+        self._extra = {{}}
+
+    def __getattr__(self, name):
+        return getattr(self._decoder, name)
+
+    def decode(self, body, **options):
+        result = self._decoder.decode(body, **options)
+        extra = self._extra.get(len(body))
+        if extra is None:
+            from impl.harness.bodies import body_for
+
+            tokens = sum(len(sequence.tokens) for sequence in result.sequences)
+            extra = body_for(max(1, round(tokens * {fraction!r})), kind="vllm")
+            self._extra[len(body)] = extra
+        self._decoder.decode(extra)
+        return result
+
+
+def create(**options):
+    return _RescansPart(_create_once(**options))
+"""
+
+
+def patch_for(case: str, slowdown: float | None = None) -> str:
+    """The text appended to the picked decoder's module for `case`."""
+    if case == "slowdown":
+        if slowdown is None or slowdown <= 1:
+            raise ValueError("the slowdown case needs a factor above 1 (--slowdown 1.08)")
+        return PARTIAL_SLOWDOWN.format(factor=slowdown, fraction=slowdown - 1)
+    return SLOWDOWN if case == "slow" else UNCHANGED
 
 
 def git(repo: Path, *args: str) -> str:
@@ -102,10 +150,11 @@ def snapshot(repo: Path) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def case_commit(repo: Path, base: str, module: str, case: str) -> str:
-    """A commit on `base` changing `module` for `case` (branch `case`); `repo` is left at base."""
+def case_commit(repo: Path, base: str, module: str, case: str, patch: str | None = None) -> str:
+    """A commit on `base` appending `patch` (default: `case`'s) to `module` (branch `case`);
+    `repo` is left at base."""
     path = repo / module
-    path.write_text(path.read_text() + (SLOWDOWN if case == "slow" else UNCHANGED))
+    path.write_text(path.read_text() + (patch or patch_for(case)))
     git(repo, "commit", "-q", "-am", f"gate demo: {case}")
     commit = git(repo, "rev-parse", "HEAD")
     git(repo, "branch", "-f", case, commit)
@@ -121,18 +170,21 @@ def load_module(path: Path, name: str) -> Any:
     return module
 
 
-def direct_ratio(repo: Path, picked: str, module: str, rounds: int = 7) -> tuple[float, float]:
-    """CPU time of the slow commit's decoder over the unchanged one on the gated body, best of
-    `rounds` (the two alternate); and the unchanged decoder's best seconds."""
+def direct_ratio(
+    repo: Path, picked: str, module: str, case: str = "slow", rounds: int = 7
+) -> tuple[float, float]:
+    """CPU time of the `case` commit's decoder over the unchanged one on the gated body, best
+    of `rounds` (the two alternate); and the unchanged decoder's best seconds."""
     from impl import registry
     from impl.harness.bodies import body_for
 
     body = body_for(gate.DECODE_TOKENS, kind=gate.DECODE_BODY)
-    slow_path = repo.parent / "slow_decoder.py"
-    slow_path.write_text(git(repo, "show", f"slow:{module}") + "\n")
+    slow_path = repo.parent / f"{case}_decoder.py"
+    slow_path.write_text(git(repo, "show", f"{case}:{module}") + "\n")
 
     fast = registry.create("decode", picked)
-    slow = load_module(slow_path, "_gate_demo_slow").create()
+    slow = load_module(slow_path, f"_gate_demo_{case}").create()
+    slow.decode(body)  # the slowdown case builds its extra body on the first call
     best = {"fast": float("inf"), "slow": float("inf")}
     for _ in range(rounds):
         for key, decoder in (("fast", fast), ("slow", slow)):
@@ -208,8 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2, help="gate runs per case (default 2)")
     parser.add_argument(
         "--cases",
-        default="slow,unchanged",
-        help="comma-separated cases to run, of: slow, unchanged (default both)",
+        help="comma-separated cases to run, of: slow (2x), unchanged, slowdown (needs "
+        "--slowdown; default: slow, unchanged, and slowdown when --slowdown is given)",
+    )
+    parser.add_argument(
+        "--slowdown",
+        type=float,
+        metavar="F",
+        help="also run a commit whose decoder does (F - 1) more work per body, e.g. 1.08",
     )
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="default .asv/gate-demo")
     parser.add_argument(
@@ -222,9 +280,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.timers:
         timers(args.timers)
         return 0
-    cases = [c for c in args.cases.split(",") if c]
+    default = "slow,unchanged" + (",slowdown" if args.slowdown else "")
+    cases = [c for c in (args.cases or default).split(",") if c]
     if not cases or set(cases) - set(EXPECTED):
         parser.error(f"--cases: choose from {', '.join(EXPECTED)}")
+    if "slowdown" in cases and not (args.slowdown and args.slowdown > 1):
+        parser.error("the slowdown case needs --slowdown F with F above 1 (e.g. 1.08)")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     repo, logs = args.workdir.resolve() / "repo", args.workdir.resolve() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     if repo == ROOT or repo in ROOT.parents:
@@ -233,17 +296,17 @@ def main(argv: list[str] | None = None) -> int:
     picked = gate.picked("decode")
     module = decoder_module(picked)
     base = snapshot(repo)
-    commits = {case: case_commit(repo, base, module, case) for case in EXPECTED}
-    ratio, seconds = direct_ratio(repo, picked, module)
+    made = sorted(set(cases) | {"slow", "unchanged"})
+    commits = {c: case_commit(repo, base, module, c, patch_for(c, args.slowdown)) for c in made}
     print(f"gate-demo: repository {repo}, base {base[:8]} (snapshot of {ROOT})")
-    print(
-        f"gate-demo: picked decoder {picked} ({module}); commits slow {commits['slow'][:8]}, "
-        f"unchanged {commits['unchanged'][:8]}"
-    )
-    print(
-        f"gate-demo: timed directly (CPU, best of 7): the slow commit's decoder takes "
-        f"{ratio:.2f}x the unchanged one's {seconds * 1e3:.1f} ms on the gated body"
-    )
+    shown = ", ".join(f"{case} {commit[:8]}" for case, commit in commits.items())
+    print(f"gate-demo: picked decoder {picked} ({module}); commits {shown}")
+    for case in [c for c in made if c != "unchanged"]:
+        ratio, seconds = direct_ratio(repo, picked, module, case)
+        print(
+            f"gate-demo: timed directly (CPU, best of 7): the {case} commit's decoder takes "
+            f"{ratio:.2f}x the unchanged one's {seconds * 1e3:.1f} ms on the gated body"
+        )
     rows = []
     for run in range(1, args.runs + 1):
         for case in cases:
@@ -252,31 +315,37 @@ def main(argv: list[str] | None = None) -> int:
             summary.unlink(missing_ok=True)
             print(f"gate-demo: run {run}, {case}: gate running (log {log})", flush=True)
             status, wall = run_gate(repo, base, commits[case], log, summary)
-            values = json.loads(summary.read_text())["benchmarks"] if summary.exists() else {}
+            written = json.loads(summary.read_text()) if summary.exists() else {}
+            values = written.get("benchmarks", {})
             decode = values.get(DECODE, {})
+            counted = written.get("instruction_counts", {}).get(DECODE_COUNT, {})
             others = [
                 (row["ratio"], name.split(".")[-1])
                 for name, row in values.items()
                 if name != DECODE and row["ratio"] is not None
             ]
             correct = status == EXPECTED[case]
+            decode = {**decode, "instructions": counted.get("ratio")}
             rows.append((run, case, EXPECTED[case], status, decode, max(others, default=None)))
             rows[-1] += (correct, wall)
             print(f"gate-demo: run {run}, {case}: exit {status}, {wall:.0f} s", flush=True)
     print()
     print(
-        "| run | case | expected exit | gate exit | decode ratio | largest other ratio "
-        "| verdict correct | wall |"
+        "| run | case | expected exit | gate exit | decode ratio | decode instructions "
+        "| largest other ratio | verdict correct | wall |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for run, case, expected, status, decode, other, correct, wall in rows:
         decode_text = "n/a"
         if decode.get("ratio") is not None:
             ms = f"{decode['base'] * 1e3:.0f} -> {decode['head'] * 1e3:.0f} ms"
             decode_text = f"{decode['ratio']:.2f}x ({ms})"
         other_text = "n/a" if other is None else f"{other[0]:.2f}x ({other[1]})"
+        counted = decode.get("instructions")
+        counted_text = "n/a" if counted is None else f"{counted:.4f}x"
         print(
-            f"| {run} | {case} | {expected} | {status} | {decode_text} | {other_text} "
+            f"| {run} | {case} | {expected} | {status} | {decode_text} | {counted_text} "
+            f"| {other_text} "
             f"| {'yes' if correct else 'NO'} | {wall / 60:.1f} min |"
         )
     wrong = sum(not row[6] for row in rows)

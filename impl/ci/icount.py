@@ -1,0 +1,127 @@
+"""Instruction counts of the CPU-bound steps, under Valgrind, for a gate that sees 5%.
+
+CPU time still varies up to ~1.3x between processes on a shared machine (caches, the VM,
+frequency), so a timer-based gate can only catch steps of ~1.5x. The number of instructions a
+deterministic step executes does not depend on the machine's load: counted by Valgrind
+(`--tool=cachegrind --cache-sim=no`, which counts each instruction and simulates nothing else),
+the same step counts the same instructions in every fresh process, once the two sources of
+drift are fixed: `PYTHONHASHSEED=0` (string hashing, hence dict and set layouts) and
+`OPENBLAS_NUM_THREADS=1` (numpy's idle OpenBLAS threads spin, and are counted, otherwise).
+
+`count(step)` runs `impl.ci.icount_steps STEP` under Valgrind in a fresh process; that process
+forks a child making the measured call once between two children that do not, and the count is
+the first's instructions minus the mean of the others' (see `impl.ci.icount_steps`), so
+start-up, imports and input building are not counted. Valgrind runs the code ~30-50x slower:
+one count takes ~10-60 s here, most of it the imports.
+
+    python -m impl.ci.icount [STEP ...] [--processes N]   # each step's count in N processes
+
+prints each step's counts and their spread (max / min). Where Valgrind is not installed (Debian:
+`apt-get install -y valgrind`), `unavailable_reason()` says so and the asv tracks are n/a.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from impl.ci.icount_steps import STEPS
+
+ROOT = Path(__file__).resolve().parents[2]
+#: the environment that makes a count repeatable (see the module docstring)
+FIXED_ENV = {"PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+#: seconds one counted process may take before it is stopped (a 262k decode takes ~60 s)
+TIMEOUT = 900
+
+
+def unavailable_reason() -> str | None:
+    """Why instructions cannot be counted here, or None."""
+    if shutil.which("valgrind") is None:
+        return "valgrind is not installed (Debian: apt-get install -y valgrind)"
+    if not hasattr(os, "fork"):
+        return "counting needs os.fork"
+    return None
+
+
+def summary(path: Path) -> int:
+    """The instruction total of one cachegrind output file (its `summary:` line)."""
+    match = re.search(r"^summary:\s+(\d+)", path.read_text(), re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"{path}: no summary line (did the process exit normally?)")
+    return int(match.group(1))
+
+
+def count(step: str, python: str = sys.executable) -> int:
+    """Instructions of one call of `step` (a name in STEPS; the mean of its REPEATS calls),
+    counted in a fresh process."""
+    if step not in STEPS:
+        raise ValueError(f"unknown step {step!r}; steps: {', '.join(STEPS)}")
+    reason = unavailable_reason()
+    if reason:
+        raise RuntimeError(reason)
+    env = {**os.environ, **FIXED_ENV}
+    with tempfile.TemporaryDirectory(prefix="hotpath-icount-") as out:
+        command = [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            f"--cachegrind-out-file={out}/cachegrind.%p",
+            "--log-file=" + f"{out}/valgrind.%p.log",
+            python,
+            "-P",  # not the cwd first on sys.path: the installed impl is the one counted
+            "-m",
+            "impl.ci.icount_steps",
+            step,
+        ]
+        done = subprocess.run(
+            command, env=env, cwd=out, capture_output=True, text=True, timeout=TIMEOUT
+        )
+        if done.returncode != 0:
+            logs = "".join(p.read_text()[-2000:] for p in Path(out).glob("valgrind.*.log"))
+            raise RuntimeError(
+                f"icount {step}: exit {done.returncode}\n{done.stderr[-4000:]}\n{logs}"
+            )
+        pids = json.loads(done.stdout.strip().splitlines()[-1])
+        repeats = pids.pop("repeats")
+        totals = {key: summary(Path(out, f"cachegrind.{pid}")) for key, pid in pids.items()}
+    return round((totals["call"] - (totals["before"] + totals["after"]) / 2) / repeats)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m impl.ci.icount",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("steps", nargs="*", help=f"default: all of {', '.join(STEPS)}")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="fresh processes per step (default 1)"
+    )
+    args = parser.parse_args(argv)
+    steps = args.steps or list(STEPS)
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:
+        parser.error(f"unknown step(s) {', '.join(unknown)}; choose from {', '.join(STEPS)}")
+    reason = unavailable_reason()
+    if reason:
+        print(f"icount: {reason}", file=sys.stderr)
+        return 2
+    print(f"| step | instructions in {args.processes} fresh processes | max / min |")
+    print("|---|---|---|")
+    for step in steps:
+        counts = [count(step) for _ in range(args.processes)]
+        spread = max(counts) / min(counts)
+        shown = ", ".join(f"{c:,}" for c in sorted(set(counts)))
+        print(f"| {step} | {shown} | {spread:.6f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
