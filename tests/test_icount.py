@@ -94,10 +94,16 @@ def rows(**ratios):
 
 
 def test_stage_fails_at_the_factor_unless_accepted(capsys):
-    """1.05x fails at factor 1.05, 1.049x passes, an accepted rise passes, n/a is not judged."""
+    """1.05x fails at factor 1.05, 1.049x passes, an accepted rise passes, n/a on both commits
+    is not judged, a step counted on the base but not on HEAD fails."""
     table = rows(decode_262k=1.05, decode_128=1.049, encode_262k=1.5, asample=None)
-    failed = gate_icount.compare(table, 1.05, ["encode-262k"])
-    assert failed == {gate_icount.label(gate_icount.BENCHMARK, ("decode-262k",))}
+    table[gate_icount.label(gate_icount.BENCHMARK, ("asample",))]["base"] = None  # n/a on both
+    broken = rows(retrieve_try_again=None)  # counted on the base, fails on HEAD
+    failed = gate_icount.compare({**table, **broken}, 1.05, ["encode-262k"])
+    assert failed == {
+        gate_icount.label(gate_icount.BENCHMARK, ("decode-262k",)),
+        *broken,
+    }
     out = capsys.readouterr().out
     for step, verdict in (
         ("decode-262k", "FAIL"),

@@ -4,7 +4,8 @@
 `bench_icount.InstructionCount.track_instructions` (every step of `impl.ci.icount_steps`) on
 BASE and HEAD, one fresh process per step and commit. A count does not vary between processes
 (README: the regression gate), so one run per commit decides and nothing is confirmed: a step
-fails when HEAD's count is ICOUNT_FACTOR (1.05) times BASE's or more.
+fails when HEAD's count is ICOUNT_FACTOR (1.05) times BASE's or more, or when it was counted
+on BASE and has no count on HEAD (the step broke).
 
 Accepting a change. A commit in BASE..HEAD whose message has a line `Gate-accept: NAME`
 accepts a rise (or a failure) of every gated benchmark NAME matches: a step (`decode-262k`), a
@@ -64,7 +65,10 @@ def compare(values: dict[str, dict[str, Any]], factor: float, accepted: list[str
     failed = set()
     for name, row in values.items():
         ratio = row["ratio"]
-        if ratio is None:
+        if ratio is None and row["base"] and row["head"] is None:
+            verdict = "FAIL"  # counted on the base, not on HEAD: the step broke
+            failed.add(name)
+        elif ratio is None:
             verdict = "n/a"
         elif ratio >= factor and is_accepted(name.split("(")[0], row["params"], accepted):
             verdict = "accepted"
