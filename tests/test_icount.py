@@ -52,7 +52,7 @@ def test_count_is_the_call_alone_and_repeatable(record_count):
 def test_count_follows_the_picked_implementation(record_count, monkeypatch):
     """HOTPATH_ACCESSLOG picks the handler (as for the server): a different handler counts
     differently; the null handler, which writes nothing, counts less."""
-    if pick.pick("accesslog", calibrate=False).name == "null":
+    if pick.pick("accesslog").name == "null":
         pytest.skip("the null handler is the pick here")
     monkeypatch.setenv("HOTPATH_ACCESSLOG", "null")
     assert icount.count("accesslog-record") < record_count
@@ -136,8 +136,8 @@ def test_partial_slowdown_decodes_a_fraction_more(tmp_path):
     """--slowdown 1.5: after each body the decoder decodes a body of half its tokens; the
     result is still the body's own."""
     from impl import registry
-    from impl.bench.decode import same
     from impl.ci import gate
+    from impl.decode.parity import same
     from impl.harness.bodies import body_for
 
     picked = gate.picked("decode")

@@ -45,7 +45,7 @@ def picked(family: str) -> str:
     """The implementation the server would pick here without calibrating."""
     from impl import pick
 
-    return pick.pick(family, calibrate=False).name
+    return pick.pick(family).name
 
 
 def decode_step(tokens: int) -> Call:
