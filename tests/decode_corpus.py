@@ -9,6 +9,8 @@ docs/vllm-body.md) and hand-built bodies for the edge cases of the decode contra
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -388,3 +390,21 @@ def invalid_cases() -> tuple[Case, ...]:
     cases = [Case(name, body) for name, body in _invalid()]
     cases += [Case(name, body, {"topk_prompt_logprobs": 1}) for name, body in INVALID_TOPK]
     return tuple(cases)
+
+
+def mutants(seed: int, count: int, base: bytes, alphabet: bytes) -> Iterator[bytes]:
+    """Seeded random edits (1-3 deletions, insertions or replacements from `alphabet`) of a
+    compact JSON value: near-valid inputs for the decoders' validity checks."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        value = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(value))
+            edit = rng.randrange(3)
+            if edit == 0:
+                del value[at]
+            elif edit == 1:
+                value.insert(at, rng.choice(alphabet))
+            else:
+                value[at] = rng.choice(alphabet)
+        yield bytes(value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 from decode_corpus import (
@@ -13,12 +12,15 @@ from decode_corpus import (
     INVALID_IN_SKIPPED_REGION,
     Case,
     invalid_cases,
+    mutants,
     skipped_region_valid_cases,
 )
 from test_decode_parity import decoder_params
 
 from impl import registry
 from impl.decode import DecodeError, _scan
+
+MUTATION_ALPHABET = b'{}[]:,"01-+.eEtrufalsnx\\'
 
 FAMILY = "decode"
 
@@ -69,29 +71,11 @@ def test_nested_arrays_flattening_to_the_right_count(decoder, name, body):
 NUMBERS_ONLY = b'[{"a":-0.5,"b":[1,{"c":-0}]},"x",-12.5E-7,1E+2,0.5e-3,{},[],[[1]],0,-0.0,10,1e5]'
 
 
-def _mutants(seed: int, count: int, base: bytes):
-    """Seeded random edits of a compact JSON value."""
-    rng = random.Random(seed)
-    alphabet = b'{}[]:,"01-+.eEtrufalsnx\\'
-    for _ in range(count):
-        value = bytearray(base)
-        for _ in range(rng.randint(1, 3)):
-            at = rng.randrange(len(value))
-            edit = rng.randrange(3)
-            if edit == 0:
-                del value[at]
-            elif edit == 1:
-                value.insert(at, rng.choice(alphabet))
-            else:
-                value[at] = rng.choice(alphabet)
-        yield bytes(value)
-
-
 @pytest.mark.parametrize("base", [GOOD_VALUES, NUMBERS_ONLY], ids=["every-value", "numbers-only"])
 def test_vectorised_validator_agrees_with_the_stdlib(base):
     """fromstring's vectorised check of big skipped values: sound and complete (compact JSON)."""
     checked = accepted = 0
-    for value in _mutants(seed=2, count=4000, base=base):
+    for value in mutants(seed=2, count=4000, base=base, alphabet=MUTATION_ALPHABET):
         body = b'{"v":' + value + b"}"
         try:
             index = _scan.Index(body)  # checks escapes, control bytes, brackets, NaN
