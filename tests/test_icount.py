@@ -42,10 +42,12 @@ def record_count():
 @needs_valgrind
 def test_count_is_the_call_alone_and_repeatable(record_count):
     """One access record: thousands of instructions, not the ~90M of a start-up; the same
-    again within 0.1% (the README's bound; other steps repeat exactly)."""
+    again within 0.5%. The other steps repeat exactly; this one has wandered up to 0.22%
+    between processes (44,116 vs 44,215 in one full-suite run), which the README says, far
+    below the gate's 1.05 factor."""
     assert 5_000 < record_count < 2_000_000
     again = icount.count("accesslog-record")
-    assert max(again, record_count) / min(again, record_count) < 1.001
+    assert max(again, record_count) / min(again, record_count) < 1.005
 
 
 @needs_valgrind

@@ -240,7 +240,7 @@ async def _in_process(count: int, rounds: int) -> dict[str, Any]:
         context = app.router.lifespan_context(app)
         state = await context.__aenter__()
         server = state["server"]
-        ssid = server.sessions.create_sampling(server.sessions.create(), 0, "bench")
+        ssid = await server.sessions.create_sampling(await server.sessions.create(), 0, "bench")
         body = await _asgi(app, state, "/api/v1/asample", _body(ssid, 10**9))
         poll = orjson.dumps({"request_id": orjson.loads(body)["request_id"]})
         sides[metrics] = (app, state, context, ssid, poll)
