@@ -224,6 +224,8 @@ def _accesslog(rows: list[dict[str, Any]]) -> list[list[object]]:
 def _endtoend(rows: list[dict[str, Any]]) -> list[list[object]]:
     out: list[list[object]] = [["scenario", "baseline results/s", "picked results/s", "ratio"]]
     for r in rows:
+        if "baseline" not in r:  # the off-loop row (inline vs picked) is in the section's text
+            continue
         before = r["baseline"].get("results_per_second")
         after = r["picked"].get("results_per_second")
         ratio = f"{after / before:.1f}×" if before and after else "–"
