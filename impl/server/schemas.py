@@ -15,6 +15,10 @@ from msgspec import Meta, Struct
 from pydantic import BaseModel, ConfigDict, Field
 
 Int32 = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+#: The largest id or seed accepted: int64, less 1023 so that a JSON Schema reader that parses
+#: numbers as doubles keeps the bound exact (2**63 - 1 reads back as 2**63, and schema-driven
+#: clients then send 2**63, which the server must refuse).
+INT64_MAX = 2**63 - 1024
 
 
 class EncodedTextChunk(Struct, tag_field="type", tag="encoded_text", kw_only=True):
@@ -27,7 +31,7 @@ class ModelInput(Struct, kw_only=True):
 
 class SamplingParams(Struct, kw_only=True):
     max_tokens: Annotated[int, Meta(ge=1, le=1 << 20)] | None = None
-    seed: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
+    seed: Annotated[int, Meta(ge=0, le=INT64_MAX)] | None = None
     stop: str | list[str | Int32] | None = None
     temperature: Annotated[float, Meta(ge=0.0)] = 1.0
     top_k: Annotated[int, Meta(ge=-1)] = -1
@@ -76,7 +80,7 @@ class RetrieveFuturesRequest(Struct, kw_only=True):
     target: SamplingSessionTarget
     #: the `cursor` of the previous answer (0: from the beginning); completions at or before
     #: it are dropped as seen
-    prev_cursor: Annotated[int, Meta(ge=0, le=2**63 - 1)] = 0
+    prev_cursor: Annotated[int, Meta(ge=0, le=INT64_MAX)] = 0
     #: seconds to hold the poll while nothing completed (absent: the server's poll hold;
     #: 0: answer at once)
     timeout: Annotated[float, Meta(ge=0.0)] | None = None
@@ -201,7 +205,7 @@ class CreateSamplingSessionRequest(_Model):
     """Sampling from a base model (this server has no trained weights: no model_path)."""
 
     session_id: str
-    sampling_session_seq_id: Annotated[int, Field(ge=0, le=2**63 - 1)]
+    sampling_session_seq_id: Annotated[int, Field(ge=0, le=INT64_MAX)]
     base_model: str
 
 
