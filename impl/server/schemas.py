@@ -19,6 +19,10 @@ Int32 = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 #: numbers as doubles keeps the bound exact (2**63 - 1 reads back as 2**63, and schema-driven
 #: clients then send 2**63, which the server must refuse).
 INT64_MAX = 2**63 - 1024
+#: The largest sampling-session sequence number: JSON's exact-integer range (the SDK counts
+#: from 0). FastAPI's schema writes this bound as a double, and above 2**53 schema-driven
+#: clients have sent values past it that the server then refused.
+SAFE_INT_MAX = 2**53 - 1
 
 
 class EncodedTextChunk(Struct, tag_field="type", tag="encoded_text", kw_only=True):
@@ -205,7 +209,7 @@ class CreateSamplingSessionRequest(_Model):
     """Sampling from a base model (this server has no trained weights: no model_path)."""
 
     session_id: str
-    sampling_session_seq_id: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    sampling_session_seq_id: Annotated[int, Field(ge=0, le=SAFE_INT_MAX)]
     base_model: str
 
 
