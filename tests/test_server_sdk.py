@@ -1,7 +1,9 @@
 """The unmodified Tinker SDK (0.38) samples through `hotpath serve` and gets exactly what the
 upstream sent: tokens, float32 logprobs, prompt logprobs and top-k prompt logprobs — with the
 session protocol (the default: one retrieve_futures poller per sampling session), with
-per-request polling (`--no-session-poll`) and on `--baseline`.
+per-request polling (`--no-session-poll`), on `--baseline`, and with the session protocol
+through two server processes on the shared store (`--workers 2`: an embedded redis-server; the
+SDK's polls and fetches land on either process).
 
 Real processes: the stand-in vLLM upstream (tests/_fake_vllm.py) and the server, each on a
 loopback port; the SDK talks HTTP to the server in this process.
@@ -36,14 +38,33 @@ CASES = [  # (n, prompt_logprobs, topk_prompt_logprobs)
 ]
 
 
-STACK_ARGS = {"session": (), "request": ("--no-session-poll",), "baseline": ("--baseline",)}
+STACK_ARGS = {
+    "session": (),
+    "request": ("--no-session-poll",),
+    "baseline": ("--baseline",),
+    "session-workers2": ("--workers", "2"),
+}
+
+
+def _shared_store_missing() -> str | None:
+    """Why the --workers 2 stack cannot run here, or None."""
+    from impl.server import embedded
+
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return "the shared store needs redis-py: pip install 'hotpath[store]'"
+    return embedded.INSTALL_HINT if embedded.binary() is None else None
 
 
 @pytest.fixture(scope="module", params=list(STACK_ARGS))
 def stack(request):
     """(upstream, server) processes; the server in its picked configuration with session
-    polling (the default) or per-request polling, or in its --baseline configuration."""
+    polling (the default) or per-request polling, in its --baseline configuration, or as two
+    processes on the shared store with session polling."""
     args = STACK_ARGS[request.param]
+    if "--workers" in args and (missing := _shared_store_missing()):
+        pytest.skip(missing)
     with start_upstream() as upstream, start_server(upstream.url, *args) as server:
         yield upstream, server
 
@@ -187,8 +208,39 @@ def test_gc_is_tuned_in_the_picked_server_only(stack):
     assert len(gc_state["collections"]) == 3 and gc_state["max_recent_ms"] >= 0
 
 
+def _shared(server) -> bool:
+    """True when the server runs on the shared store (there: two processes)."""
+    return (server.get("/healthz").get("store_backend") or {}).get("kind") == "redis"
+
+
 def _polls(server) -> dict[str, int]:
-    return server.get("/healthz")["polls"]
+    """This process's poll counters; with several processes (one answers each /healthz),
+    the requests per route of all of them from /metrics (multiprocess mode), in the same
+    names: each retrieve_future is counted as a payload fetch, so a try_again or a metadata
+    round would show as more fetches than samples."""
+    if not _shared(server):
+        return server.get("/healthz")["polls"]
+    import time
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    time.sleep(1.5)  # every process flushes its tallies into the shared files each second
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as response:
+        text = response.read().decode()
+    counts = {"retrieve_futures": 0, "retrieve_future_payload": 0, "join": 0}
+    names = {
+        "/api/v1/retrieve_futures": "retrieve_futures",
+        "/api/v1/retrieve_future": "retrieve_future_payload",
+        "/api/v1/join_sampling_session": "join",
+    }
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "hotpath_http_request_duration_seconds_count":
+                name = names.get(sample.labels.get("route"))
+                if name is not None and sample.labels.get("status") == "200":
+                    counts[name] += int(sample.value)
+    return counts
 
 
 def _session_protocol(server) -> bool:
@@ -229,7 +281,8 @@ def test_which_polls_the_sdk_makes(stack, sampler):
     fetches = sum(v for k, v in diff.items() if k.startswith("retrieve_future_"))
     if session:
         assert diff.get("retrieve_futures", 0) >= 1
-        assert diff.get("retrieve_futures_completions", 0) == 16
+        if not _shared(server):  # (not in /metrics)
+            assert diff.get("retrieve_futures_completions", 0) == 16
         assert diff.get("retrieve_future_payload", 0) == 16 and fetches == 16
     else:
         assert diff.get("retrieve_futures", 0) == 0
@@ -240,7 +293,10 @@ def test_unpickled_client_joins_the_sampling_session(stack, sampler):
     """An unpickled SamplingClient asks join_sampling_session for its clone id (session
     protocol) and samples under it; its results are exact either way."""
     upstream, server = stack
-    clones_before = server.get("/healthz")["sessions"]["clones"]
+    several = _shared(server)
+    clones_before = (
+        _polls(server)["join"] if several else server.get("/healthz")["sessions"]["clones"]
+    )
     clone = pickle.loads(pickle.dumps(sampler))
     prompt = [128000, 9, 9, 9]
     response = clone.sample(
@@ -252,5 +308,8 @@ def test_unpickled_client_joins_the_sampling_session(stack, sampler):
         response, upstream, seed=4242, prompt=prompt, n=1, max_tokens=5,
         prompt_logprobs=False, topk=0,
     )  # fmt: skip
-    joined = server.get("/healthz")["sessions"]["clones"] - clones_before
+    clones_after = (
+        _polls(server)["join"] if several else server.get("/healthz")["sessions"]["clones"]
+    )
+    joined = clones_after - clones_before
     assert joined == (1 if _session_protocol(server) else 0)

@@ -236,21 +236,74 @@ def test_two_servers_on_one_store_answer_each_others_calls(engine, upstream):
             assert health["store_backend"]["rtt_ms"] is not None
             assert health["process"]["pid"] == one.pid
             assert health["store"]["submitted"] == 1 and health["store"]["deduplicated"] == 1
-            # session polling is not offered on the shared store, and says so
-            assert health["session_poll"]["on"] is False
-            assert "shared store" in health["session_poll"]["why_off"]
+            # the session protocol is offered on the shared store too
+            assert health["session_poll"] == {"on": True, "why_off": None}
             config = first.post("/api/v1/client/config", {"sdk_version": "0.38.0"}).json()
-            assert config["sample_use_retrieve_futures"] is False
-            assert config["sample_join_sampling_session"] is False
-            poll = second.post(
-                "/api/v1/retrieve_futures",
-                {"target": {"sampling_session_id": ssid}, "prev_cursor": 0, "timeout": 0},
-            )
-            assert poll.status_code == 501, poll.text
-            assert "session polling is off here" in poll.json()["detail"]
+            assert config["sample_use_retrieve_futures"] is True
+            assert config["sample_join_sampling_session"] is True
         finally:
             first.close()
             second.close()
+
+
+def _poll(api: Api, ssid: str, cursor: int, **fields):
+    body = {"target": {"sampling_session_id": ssid}, "prev_cursor": cursor, **fields}
+    reply = api.post("/api/v1/retrieve_futures", body)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_a_session_cursor_continues_on_another_process_and_after_a_restart(engine, upstream):
+    """asample on one server, retrieve_futures on the other: the cursor one handed out
+    continues on the other, a held poll there answers when the first completes a sample, an
+    ack on either starts the retrieved clock; then both stop and a new server continues the
+    same cursor (the log is in the engine). Unknown cursor: 410; unknown session: 404."""
+    prefix = f"c{uuid.uuid4().hex[:8]}:"
+    args = ("--store", engine.url, "--store-prefix", prefix, "--session-batch-wait", "0")
+    with start_server(upstream.url, *args) as one, start_server(upstream.url, *args) as two:
+        first, second = Api(one.url), Api(two.url)
+        try:
+            ssid = first.sampling_session()
+            done = first.asample(ssid, 1, seed=21).json()["request_id"]
+            first.wait_healthz(lambda h: h["store"]["completed"] >= 1)
+            reply = _poll(second, ssid, 0)
+            assert [c["request_id"] for c in reply["completions"]] == [done]
+            cursor = reply["cursor"]
+            later = first.asample(ssid, 2, seed=DELAY_BASE + 700).json()["request_id"]
+            started = time.monotonic()
+            reply = _poll(second, ssid, cursor, retrieved_request_ids=[done])
+            assert [c["request_id"] for c in reply["completions"]] == [later]
+            assert time.monotonic() - started < 20  # woken, not held for the 30 s hold
+            assert reply["cursor"] == cursor + 1
+            cursor = reply["cursor"]
+            assert _poll(first, ssid, cursor, timeout=0) == {"completions": [], "cursor": cursor}
+            gone = first.post(
+                "/api/v1/retrieve_futures",
+                {"target": {"sampling_session_id": ssid}, "prev_cursor": cursor + 5},
+            )
+            assert gone.status_code == 410, gone.text
+            unknown = first.post(
+                "/api/v1/retrieve_futures",
+                {"target": {"sampling_session_id": "nope"}, "prev_cursor": 0},
+            )
+            assert unknown.status_code == 404, unknown.text
+            _check(first.result(later), DELAY_BASE + 700)
+            _check(first.result(done), 21)  # acked (by the poll on two): still kept
+        finally:
+            first.close()
+            second.close()
+    with start_server(upstream.url, *args) as again:
+        api = Api(again.url)
+        try:
+            assert _poll(api, ssid, cursor, timeout=0) == {"completions": [], "cursor": cursor}
+            third = api.asample(ssid, 3, seed=23).json()["request_id"]
+            reply = _poll(api, ssid, cursor)
+            assert [c["request_id"] for c in reply["completions"]] == [third]
+            assert reply["cursor"] == cursor + 1
+            store = api.healthz()["store"]
+            assert store["acknowledged"] == 1 and store["delivered"] == 3, store
+        finally:
+            api.close()
 
 
 def _pids(process, tries: int = 200) -> set[int]:

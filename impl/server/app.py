@@ -115,10 +115,11 @@ def _store(settings: Settings, encoder: Any) -> FutureStore:
         "max_outstanding": settings.max_outstanding,
         "max_result_bytes": settings.max_result_bytes,
     }
+    options["session_batch_wait"] = settings.session_batch_wait
+    options["session_batch_size"] = settings.session_batch
     if settings.store_kind() == "url":  # `embedded` was resolved to its URL by `serve`
         from impl.server.redis_store import RedisStore
 
-        # no session logs there yet: client/config does not advertise the session protocol
         return RedisStore(
             settings.store,
             to_json=impl.encode.proto_to_json,
@@ -126,8 +127,6 @@ def _store(settings: Settings, encoder: Any) -> FutureStore:
             prefix=settings.store_prefix,
             **options,
         )
-    options["session_batch_wait"] = settings.session_batch_wait
-    options["session_batch_size"] = settings.session_batch
     if settings.baseline:  # the old JSON dump: the reference (stdlib json) derivation
         return BaselineStore(
             encoder=encoder, to_json=impl.encode.json_implementation("json"), **options

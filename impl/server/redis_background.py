@@ -33,6 +33,7 @@ class StoreBackground:
     owned: set[str]
     view: dict[str, int]
     on_takeover: Any
+    session_logs: Any
 
     def _wake(self, request_id: str) -> None:
         self.recent[request_id] = None
@@ -41,6 +42,15 @@ class StoreBackground:
         for waiter in self.waiters.get(request_id, ()):
             if not waiter.done():
                 waiter.set_result(None)
+
+    def _on_message(self, text: str) -> None:
+        """A completion: `<request_id>`, or `<request_id> <clone> <sampling_session_id>` when
+        its session's held poll is due an answer."""
+        request_id, _, target = text.partition(" ")
+        self._wake(request_id)
+        if target:
+            clone, _, session = target.partition(" ")
+            self.session_logs.wake((session, int(clone)))
 
     async def _listen(self) -> None:
         """Wake local waiters on every published completion; reconnect when the engine drops."""
@@ -52,7 +62,7 @@ class StoreBackground:
                 self.wake_all()  # anything published while we were away: re-read
                 async for message in pubsub.listen():
                     if message["type"] == "message":
-                        self._wake(message["data"].decode())
+                        self._on_message(message["data"].decode())
             except (RedisError, OSError):
                 self.listening = False
                 await asyncio.sleep(0.5)

@@ -24,9 +24,10 @@ from impl.server.store import Key, StoreUnavailable
 #: Stored-result bytes are counted per bucket of expiry deadlines this many seconds wide.
 BUCKET_S = 5
 
-# KEYS: dedup key (or a never-written placeholder), record, pending set, stats.
-# ARGV: request id, n, key text ('' = none), lease deadline ms, router body, job options,
-# record key prefix. Returns false when created, else {"<id> <n>", live} of the key's record.
+# KEYS: dedup key (or a never-written placeholder), record, pending set, stats, the session's
+# completion-log hash (redis_completions.py). ARGV: request id, n, key text ('' = none), lease
+# deadline ms, router body, job options, record key prefix, clone, a new log's base position.
+# Returns false when created, else {"<id> <n>", live} of the key's record.
 CREATE = """
 if ARGV[3] ~= '' then
   local existing = redis.call('GET', KEYS[1])
@@ -37,6 +38,9 @@ if ARGV[3] ~= '' then
     return {existing, live}
   end
   redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2])
+  redis.call('HSETNX', KEYS[5], ARGV[8] .. ':b', ARGV[9])
+  redis.call('HSETNX', KEYS[5], ARGV[8] .. ':h', ARGV[9])
+  redis.call('HINCRBY', KEYS[5], ARGV[8] .. ':p', 1)
 end
 redis.call('HSET', KEYS[2], 's', 'pending', 'n', ARGV[2], 'k', ARGV[3],
   'jb', ARGV[5], 'jm', ARGV[6])
@@ -53,10 +57,13 @@ local exists = redis.call('EXISTS', ARGV[1] .. id)
 redis.call('HINCRBY', KEYS[2], exists == 1 and 'deduplicated' or 'late_duplicates', 1)
 return {value, exists}
 """
-# KEYS: record, dedup key, pending, bytes, stats, payload. ARGV: id, state, error ('' when
-# done), ttl ms, bucket, channel, size. The payload itself is never a script argument: a 2 MB
-# argument cost the engine ~8.8 ms inside EVALSHA against ~8 µs for a SET (measured here), so
-# `complete` SETs it (NX: the first generation's bytes stay) in the same MULTI as this script.
+# KEYS: record, dedup key, pending, bytes, stats, payload, the session's completion-log hash
+# and its clone's list (redis_completions.py). ARGV: id, state, error ('' when done), ttl ms,
+# bucket, channel, size, clone, batch size, log list ttl ms, sampling session id. The payload
+# itself is never a script argument: a 2 MB argument cost the engine ~8.8 ms inside EVALSHA
+# against ~8 µs for a SET (measured here), so `complete` SETs it (NX: the first generation's
+# bytes stay) in the same MULTI as this script. The completion is appended to the log in the
+# same script; the message names the target too when its held poll's answer becomes due.
 FINISH = """
 if redis.call('HGET', KEYS[1], 's') ~= 'pending' then
   redis.call('HINCRBY', KEYS[5], 'finished_twice', 1)
@@ -67,11 +74,26 @@ if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'e', ARGV[3]) end
 redis.call('HDEL', KEYS[1], 'jb', 'jm')
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[6], ARGV[4])
-if redis.call('HGET', KEYS[1], 'k') ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+local message = ARGV[1]
+if redis.call('HGET', KEYS[1], 'k') ~= '' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  local c = ARGV[8]
+  if redis.call('HEXISTS', KEYS[7], c .. ':h') == 1 then
+    local pending = redis.call('HINCRBY', KEYS[7], c .. ':p', -1)
+    redis.call('HINCRBY', KEYS[7], c .. ':h', 1)
+    local done = ARGV[2] == 'done'
+    local n = redis.call('RPUSH', KEYS[8],
+      ARGV[1] .. (done and ' finished ' .. ARGV[7] or ' failed 0'))
+    redis.call('PEXPIRE', KEYS[8], ARGV[10])
+    if n == 1 or n >= tonumber(ARGV[9]) or pending <= 0 then
+      message = ARGV[1] .. ' ' .. c .. ' ' .. ARGV[11]
+    end
+  end
+end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HINCRBY', KEYS[4], ARGV[5], ARGV[7])
 redis.call('HINCRBY', KEYS[5], ARGV[2] == 'done' and 'completed' or 'failed', 1)
-redis.call('PUBLISH', ARGV[6], ARGV[1])
+redis.call('PUBLISH', ARGV[6], message)
 return 1
 """
 # KEYS: record, dedup key, bytes, stats, payload. ARGV: retrieved ttl ms, key ttl ms, bucket.

@@ -20,7 +20,9 @@ from impl.server.redis_store import RedisStore
 _FINISH = """
 local sampling = redis.call('HGET', KEYS[1], 'sampling')
 if not sampling then return 0 end
-for id in string.gmatch(sampling, '%S+') do redis.call('DEL', ARGV[1] .. id) end
+for id in string.gmatch(sampling, '%S+') do
+  redis.call('DEL', ARGV[1] .. id, ARGV[2] .. id)
+end
 redis.call('DEL', KEYS[1])
 return 1
 """
@@ -111,7 +113,8 @@ class RedisSessions:
     @guard
     async def finish(self, session_id: str) -> bool:
         done = await self.finish_script(
-            keys=[f"{self.prefix}s:{session_id}"], args=[f"{self.prefix}ss:"]
+            keys=[f"{self.prefix}s:{session_id}"],
+            args=[f"{self.prefix}ss:", f"{self.prefix}sl:"],
         )
         return bool(done)
 

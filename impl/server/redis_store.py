@@ -28,10 +28,14 @@ record is one Lua script, so it is atomic across processes and costs one round t
   need trimming and a per-poll cursor. A missed message (subscriber reconnecting) costs no
   result: `wait` re-reads the record after registering, after waking and when its hold ends,
   and a reconnected subscriber wakes every local waiter to re-read.
+- Session polling (`retrieve_futures`): per-session completion logs kept in the engine and
+  appended by the script that finishes a record (redis_completions.py).
 
-Any engine error (connection refused, timeout, loading) becomes `StoreUnavailable`, which the
-routes answer with 503 and Retry-After; the client reconnects on its own when the engine is back.
-The scripts are in redis_scripts.py, the background loops in redis_background.py.
+The calls of the request path go through an auto-pipeline (redis_pipeline.py): the calls of
+one event-loop iteration share one round trip. Any engine error (connection refused, timeout,
+loading) becomes `StoreUnavailable`, which the routes answer with 503 and Retry-After; the
+client reconnects on its own when the engine is back. The scripts are in redis_scripts.py, the
+background loops in redis_background.py.
 """
 
 from __future__ import annotations
@@ -42,17 +46,29 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from impl.server import redis_scripts as lua
+from impl.server.completions import CLONE_BLOCK, Entry, Target
 from impl.server.redis_background import StoreBackground
+from impl.server.redis_completions import SCRIPTS as SESSION_SCRIPTS
+from impl.server.redis_completions import RedisSessionLogs
+from impl.server.redis_pipeline import AutoPipeline
 from impl.server.redis_scripts import address, bucket, guard, now_ms, pack, unkey
 from impl.server.redis_scripts import unpack_job as unpack_job
-from impl.server.store import DONE, FAILED, PENDING, THREAD_JSON_BYTES, Key, Record
+from impl.server.store import (
+    DONE,
+    FAILED,
+    PENDING,
+    SESSION_ANSWER_LIMIT,
+    THREAD_JSON_BYTES,
+    Key,
+    Record,
+)
 from impl.server.store import StoreUnavailable as StoreUnavailable
 
 log = logging.getLogger("hotpath.server")
@@ -66,6 +82,7 @@ _COUNTERS = (
     "json_derived",
     "takeovers",
     "finished_twice",
+    "acknowledged",
 )
 
 
@@ -89,6 +106,8 @@ class RedisStore(StoreBackground):
         prefix: str = "hotpath:",
         refresh_interval: float = 0.2,
         connections: int = 64,
+        session_batch_wait: float = 1.0,
+        session_batch_size: int = 32,
     ) -> None:
         self.url = url
         self.address = address(url)
@@ -124,17 +143,18 @@ class RedisStore(StoreBackground):
         self.stats_key = prefix + "stats"
         self.channel = prefix + "done"
         self.no_key = prefix + "k:-"
-        self.scripts = {
-            name: self.client.register_script(text)
-            for name, text in (
-                ("create", lua.CREATE),
-                ("lookup", lua.LOOKUP),
-                ("finish", lua.FINISH),
-                ("delivered", lua.DELIVERED),
-                ("json", lua.JSON),
-                ("claim", lua.CLAIM),
-            )
+        texts = {
+            "create": lua.CREATE,
+            "lookup": lua.LOOKUP,
+            "finish": lua.FINISH,
+            "delivered": lua.DELIVERED,
+            "json": lua.JSON,
+            "claim": lua.CLAIM,
+            **SESSION_SCRIPTS,
         }
+        self.scripts = {"claim": self.client.register_script(lua.CLAIM)}  # the control path
+        #: the request path's calls: one round trip per event-loop iteration
+        self.pipe = AutoPipeline(self.client, texts)
         self._prefix = os.urandom(4).hex()
         self._ids = 0
         self.waiters: dict[str, list[asyncio.Future[None]]] = {}
@@ -149,6 +169,9 @@ class RedisStore(StoreBackground):
         self.rtt_ms: float | None = None
         self.error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.session_logs = RedisSessionLogs(self, session_batch_wait, session_batch_size)
+        #: a log list outlives its newest entry's record by no more than this
+        self.log_ttl_ms = max(self.completed_ms, self.retrieved_ms)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -160,6 +183,7 @@ class RedisStore(StoreBackground):
         """Check the engine answers (a wrong URL fails start-up), then start background work."""
         try:
             await self.refresh()  # also the first view of the counters /healthz shows
+            await self.pipe.load()
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"cannot reach the store at {self.address}: {exc}") from exc
         self.start()
@@ -169,11 +193,13 @@ class RedisStore(StoreBackground):
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
+        self.session_logs.wake_all()
 
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
         self.wake_all()
+        self.session_logs.release()
 
     async def aclose(self) -> None:
         self.close()
@@ -190,6 +216,8 @@ class RedisStore(StoreBackground):
             "error": self.error,
             "lease_s": self.lease_ms / 1000,
             "forwards_owned": len(self.owned),
+            "round_trips": self.pipe.round_trips,  # this process's request path
+            "commands": self.pipe.commands,
         }
 
     # -- the interface ---------------------------------------------------------------------
@@ -201,8 +229,8 @@ class RedisStore(StoreBackground):
 
     @guard
     async def lookup(self, key: Key) -> Record | None:
-        found = await self.scripts["lookup"](
-            keys=[self._key(key), self.stats_key], args=[self.prefix + "r:"]
+        found = await self.pipe.script(
+            "lookup", [self._key(key), self.stats_key], [self.prefix + "r:"]
         )
         if not found:
             return None
@@ -211,19 +239,28 @@ class RedisStore(StoreBackground):
         record.state = DONE if not found[1] else PENDING  # a tombstone's poll gets 404
         return record
 
+    def _log_keys(self, key: Key | None) -> list[str]:
+        """The completion-log hash and list of `key`'s target (placeholders without a key)."""
+        if key is None:
+            return [self.no_key, self.no_key]
+        logs = self.session_logs
+        return [logs.meta_key(key[0]), logs.list_key((key[0], key[1] // CLONE_BLOCK))]
+
     @guard
     async def create(self, key: Key | None, n: int, job: Any = None) -> Record:
         self._ids += 1
         request_id = f"{self._prefix}-{self._ids}"
         body, options = pack(job)
-        existing = await self.scripts["create"](
-            keys=[
+        existing = await self.pipe.script(
+            "create",
+            [
                 self._key(key) if key else self.no_key,
                 self._record_key(request_id),
                 self.pending_key,
                 self.stats_key,
+                self._log_keys(key)[0],
             ],
-            args=[
+            [
                 request_id,
                 n,
                 f"{key[0]}\0{key[1]}" if key else "",
@@ -231,6 +268,8 @@ class RedisStore(StoreBackground):
                 body,
                 options,
                 self.prefix + "r:",
+                key[1] // CLONE_BLOCK if key else 0,
+                self.session_logs.base,
             ],
         )
         if existing:  # the key was claimed before (here or elsewhere): its record, not forwarded
@@ -247,10 +286,9 @@ class RedisStore(StoreBackground):
         return await self._read(request_id)
 
     async def _read(self, request_id: str, record: Record | None = None) -> Record | None:
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hmget(self._record_key(request_id), "s", "n", "k", "e")
-            pipe.get(self._payload_key(request_id))
-            (state, n, key, error), payload = await pipe.execute()
+        fields = self.pipe.call("HMGET", self._record_key(request_id), "s", "n", "k", "e")
+        payload = await self.pipe.call("GET", self._payload_key(request_id))
+        state, n, key, error = await fields
         if state is None:
             return None
         if record is None:
@@ -273,32 +311,41 @@ class RedisStore(StoreBackground):
     async def _finish(self, record: Record, state: str, error: str, payload: Any) -> None:
         deadline = time.time() * 1000 + self.completed_ms
         size = len(payload) if payload is not None else len(error.encode())
-        async with self.client.pipeline(transaction=True) as pipe:
-            if payload is not None:  # the first generation's bytes win (a takeover's twin)
-                pipe.set(
-                    self._payload_key(record.request_id), payload, nx=True, px=self.completed_ms
-                )
-            await self.scripts["finish"](
-                keys=[
-                    self._record_key(record.request_id),
-                    self._key(record.key) if record.key else self.no_key,
-                    self.pending_key,
-                    self.bytes_key,
-                    self.stats_key,
-                    self._payload_key(record.request_id),
-                ],
-                args=[
-                    record.request_id,
-                    state,
-                    error,
-                    self.completed_ms,
-                    bucket(deadline),
-                    self.channel,
-                    size,
-                ],
-                client=pipe,
+        stored = None
+        if payload is not None:  # the first generation's bytes win (a takeover's twin)
+            stored = self.pipe.call(
+                "SET", self._payload_key(record.request_id), payload, "NX", "PX", self.completed_ms
             )
-            await pipe.execute()
+        # In the same pipeline, right after the SET: a reader between the two sees the record
+        # still pending; a process killed between them leaves bytes that expire.
+        finished = self.pipe.script(
+            "finish",
+            [
+                self._record_key(record.request_id),
+                self._key(record.key) if record.key else self.no_key,
+                self.pending_key,
+                self.bytes_key,
+                self.stats_key,
+                self._payload_key(record.request_id),
+                *self._log_keys(record.key),
+            ],
+            [
+                record.request_id,
+                state,
+                error,
+                self.completed_ms,
+                bucket(deadline),
+                self.channel,
+                size,
+                record.key[1] // CLONE_BLOCK if record.key else 0,
+                self.session_logs.batch_size,
+                self.log_ttl_ms,
+                record.key[0] if record.key else "",
+            ],
+        )
+        if stored is not None:
+            await stored
+        await finished
         self.owned.discard(record.request_id)
         record.state = state
         self._wake(record.request_id)
@@ -335,7 +382,7 @@ class RedisStore(StoreBackground):
 
     @guard
     async def json(self, record: Record) -> bytes:
-        cached = await self.client.hget(self._record_key(record.request_id), "j")
+        cached = await self.pipe.call("HGET", self._record_key(record.request_id), "j")
         if cached is not None:
             return cached
         future = self.json_futures.get(record.request_id)
@@ -351,25 +398,42 @@ class RedisStore(StoreBackground):
             text = await asyncio.to_thread(self.to_json, payload)
         else:
             text = self.to_json(payload)
-        await self.scripts["json"](
-            keys=[self._record_key(record.request_id), self.bytes_key, self.stats_key],
-            args=[text],
+        await self.pipe.script(
+            "json", [self._record_key(record.request_id), self.bytes_key, self.stats_key], [text]
         )
         return text
+
+    def clock_ms(self) -> int:
+        return now_ms()
+
+    def retrieved_bucket(self) -> str:
+        """The bytes bucket of a retrieved clock started now."""
+        return bucket(time.time() * 1000 + self.retrieved_ms)
+
+    @guard
+    async def session_completions(
+        self, target: Target, cursor: int, hold: float, *, limit: int = SESSION_ANSWER_LIMIT
+    ) -> tuple[list[Entry], int] | None:
+        return await self.session_logs.answer(target, cursor, hold, limit)
+
+    @guard
+    async def acknowledge(self, target: Target, request_ids: Iterable[str]) -> int:
+        return await self.session_logs.acknowledge(target, request_ids)
 
     async def delivered(self, record: Record) -> None:
         """Start the retrieved clock; if the store is down, the result keeps its longer TTL."""
         deadline = time.time() * 1000 + self.retrieved_ms
         try:
-            await self.scripts["delivered"](
-                keys=[
+            await self.pipe.script(
+                "delivered",
+                [
                     self._record_key(record.request_id),
                     self._key(record.key) if record.key else self.no_key,
                     self.bytes_key,
                     self.stats_key,
                     self._payload_key(record.request_id),
                 ],
-                args=[self.retrieved_ms, self.retrieved_ms + self.dedup_ms, bucket(deadline)],
+                [self.retrieved_ms, self.retrieved_ms + self.dedup_ms, bucket(deadline)],
             )
         except (RedisError, OSError) as exc:
             log.warning("delivery of %s not recorded: %s", record.request_id, exc)

@@ -263,11 +263,6 @@ class Settings:
             return "--no-session-poll"
         if self.baseline:
             return "--baseline polls per request"
-        if self.store_kind() != "memory":
-            return (
-                "the shared store keeps no per-session completion logs yet: clients poll "
-                "per request (retrieve_future), which every process answers"
-            )
         return None
 
     def store_kind(self) -> str:

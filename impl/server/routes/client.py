@@ -21,8 +21,8 @@ async def client_config(
 ) -> ClientConfigResponse:
     """Feature flags: `sample_max_concurrent_requests` caps each client's in-flight samples
     (per-request polling); `sample_use_retrieve_futures` and `sample_join_sampling_session`
-    switch the SDK to the session protocol (`--session-poll`; never with `--baseline` or the
-    shared store: /healthz → `session_poll` says why)."""
+    switch the SDK to the session protocol (`--session-poll`; never with `--baseline`:
+    /healthz → `session_poll` says why)."""
     session = state.settings.session_poll_off() is None
     return ClientConfigResponse(
         sample_max_concurrent_requests=state.settings.sample_max_concurrent_requests,

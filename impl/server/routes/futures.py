@@ -13,8 +13,8 @@ payload's size, or `failed`) and the new `cursor`; with none, the poll is held u
 start those results' retrieved-TTL clock. Errors: 404 for an unknown sampling session and 410
 for a cursor this server never handed out (it restarted, losing the session's results): both
 end the SDK's poller, so its waiting samples fail instead of waiting forever; 400/413/422 for
-a bad body, 401 without an API key; 501 on the shared store, which keeps no session logs yet
-(client/config does not advertise the protocol there).
+a bad body, 401 without an API key, 503 with Retry-After while the shared store is away. On
+the shared store the logs live in the engine, so a poll may reach any server process.
 """
 
 from __future__ import annotations
@@ -32,17 +32,24 @@ from impl.server.routes._raw import (
     has_api_key,
     respond,
 )
-from impl.server.routes.sampling import _decode, _json_response, _operation
+from impl.server.routes.sampling import (
+    _STORE_DOWN,
+    _decode,
+    _json_response,
+    _operation,
+    _store_guard,
+)
 
 _RETRIEVE_FUTURES = msgspec.json.Decoder(schemas.RetrieveFuturesRequest)
 
 
+@_store_guard
 async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     """Long-poll a sampling session's completions after `prev_cursor`: answers
     `{"completions": [...], "cursor"}` as soon as some are there (batched while the session
     has more pending), or an empty list after the hold. `retrieved_request_ids` acknowledge
-    fetched results. 404: unknown sampling session; 410: unknown cursor; 501: the shared store
-    (no session logs there yet)."""
+    fetched results. 404: unknown sampling session; 410: unknown cursor; 503: the shared store
+    is unreachable."""
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
     state = scope["state"]["server"]
@@ -50,10 +57,6 @@ async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     request = await _decode(_RETRIEVE_FUTURES, scope, receive, send, cap, flag)
     if request is None:
         return None
-    off = state.settings.session_poll_off()
-    if state.settings.store_kind() != "memory":
-        message = f"session polling is off here: {off}"
-        return await respond(send, 501, limits.error_body(message))
     target = request.target
     session_id = target.sampling_session_id
     problem = state.limits.id_problem("sampling_session_id", session_id)
@@ -103,9 +106,7 @@ RETRIEVE_FUTURES_DOC = _operation(
         410: _json_response(
             "a cursor this server never handed out", schemas.ref(schemas.ErrorDetail)
         ),
-        501: _json_response(
-            "session polling is off on the shared store", schemas.ref(schemas.ErrorDetail)
-        ),
+        503: _STORE_DOWN,
     },
 )
 

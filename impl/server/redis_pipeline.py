@@ -1,0 +1,95 @@
+"""Auto-pipelining for the shared store: the commands a process issues in one event-loop
+iteration go to the engine as one pipeline, one round trip.
+
+Why: redis-py spends ~110 µs of client CPU on one command awaited on its own (taking a pooled
+connection, a send, a read, handing it back), and ~20 µs per command inside a pipeline of 64
+(measured here on the embedded engine). Under load the routes of many requests run in the same
+loop iteration (one read of the sockets wakes them all), so their store calls can share one
+send and one read: each call is queued, and a callback scheduled for the next iteration sends
+the queue as a non-transactional pipeline and resolves every caller's future with its own reply
+(or its own error). Calls that must be atomic together are one Lua script, so nothing here
+relies on a MULTI. Scripts run by EVALSHA: they are loaded when the store opens, and a
+NOSCRIPT reply (an engine restarted empty) loads them again and resends those calls once.
+
+`round_trips` and `commands` count what went to the engine, so calls per result can be
+counted rather than estimated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+
+class AutoPipeline:
+    """Queue commands; send each event-loop iteration's queue as one pipeline."""
+
+    def __init__(self, client: Any, scripts: dict[str, str]) -> None:
+        self.client = client
+        self.texts = dict(scripts)
+        self.shas = {
+            name: hashlib.sha1(text.encode()).hexdigest() for name, text in scripts.items()
+        }
+        self.queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self.sending: set[asyncio.Task[None]] = set()
+        self.round_trips = 0
+        self.commands = 0
+
+    async def load(self) -> None:
+        """Load every script into the engine's cache (at open, and after NOSCRIPT)."""
+        for text in self.texts.values():
+            await self.client.script_load(text)
+
+    def call(self, *command: Any) -> asyncio.Future[Any]:
+        """`command`'s reply, sent with every other call of this loop iteration."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self.queue:
+            loop.call_soon(self._flush)
+        self.queue.append((command, future))
+        return future
+
+    def script(self, name: str, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
+        return self.call("EVALSHA", self.shas[name], len(keys), *keys, *args)
+
+    def _flush(self) -> None:
+        batch, self.queue = self.queue, []
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self.sending.add(task)
+        task.add_done_callback(self.sending.discard)
+
+    async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        try:
+            replies = await self._execute([command for command, _ in batch])
+            if any(isinstance(reply, NoScriptError) for reply in replies):
+                await self.load()
+                again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+                for i, reply in zip(
+                    again, await self._execute([batch[i][0] for i in again]), strict=True
+                ):
+                    replies[i] = reply
+        except BaseException as exc:  # the connection failed: every caller gets the error
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, future), reply in zip(batch, replies, strict=True):
+            if future.done():  # the caller was cancelled
+                continue
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+
+    async def _execute(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            self.round_trips += 1
+            self.commands += len(commands)
+            return await pipe.execute(raise_on_error=False)
