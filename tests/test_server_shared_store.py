@@ -476,3 +476,44 @@ def test_workers_and_the_embedded_store_stop_when_the_supervisor_is_killed(upstr
         for orphan in alive:  # the test failed: leave nothing behind
             orphan.kill()
         assert not alive, [p.pid for p in alive]
+
+
+def test_calls_of_one_loop_iteration_share_one_round_trip(engine):
+    """The auto-pipeline: 64 concurrent creates are one round trip; a failing command fails
+    only its own caller; scripts flushed from the engine are loaded again."""
+
+    async def go():
+        a, _ = two_processes(engine, max_outstanding=1000)
+        await a.pipe.load()
+        before = a.pipe.round_trips
+        made = await asyncio.gather(*(a.create(("p", i), 1) for i in range(64)))
+        assert a.pipe.round_trips - before == 1 and len({r.request_id for r in made}) == 64
+        await a.client.rpush(a.prefix + "a-list", "x")
+        wrong, right = await asyncio.gather(
+            a.pipe.call("HGET", a.prefix + "a-list", "f"),
+            a.get(made[0].request_id),
+            return_exceptions=True,
+        )
+        assert "WRONGTYPE" in str(wrong) and right.request_id == made[0].request_id
+        await a.client.script_flush()
+        await a.complete(made[0], b"after a flush")  # NOSCRIPT: loaded again, sent again
+        assert (await a.get(made[0].request_id)).payload == b"after a flush"
+        await a.aclose()
+
+    run(go())
+
+
+def test_store_calls_per_result_are_counted():
+    """`impl.bench.store_calls`: 6 commands per result on the request path (create, payload
+    SET + finish, HMGET + GET, delivered), sharing round trips when concurrent."""
+    from impl.bench import store_calls
+
+    server = embedded.start()
+    try:
+        alone = run(store_calls.measure(server.url, "request", 64, 1))
+        together = run(store_calls.measure(server.url, "session", 256, 64))
+    finally:
+        server.stop()
+    assert alone["commands_per_result"] == 6 and alone["round_trips_per_result"] == 4
+    assert together["commands_per_result"] < 6.5  # plus the session polls and acks
+    assert together["round_trips_per_result"] < 0.5  # 64 concurrent calls: one round trip

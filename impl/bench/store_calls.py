@@ -67,7 +67,7 @@ async def measure(url: str, protocol: str, samples: int, concurrency: int) -> di
         prefix=f"calls{uuid.uuid4().hex[:8]}:",
     )
     counts = count_calls(store)
-    await store.get("warm-up")  # a connection, and the scripts loaded: not per result
+    await store.pipe.load()  # a connection, and the scripts loaded (as `open` does)
     counts.update(round_trips=0, commands=0)
     session = f"bench-{uuid.uuid4().hex[:8]}:sample:0"
     payload = b"x" * 200

@@ -33,7 +33,9 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from impl.server.completions import Entry, Target, cursor_base
+from impl.server.completions import CLONE_BLOCK, Entry, Target, cursor_base
+from impl.server.redis_scripts import bucket, guard, now_ms
+from impl.server.store import SESSION_ANSWER_LIMIT, Key
 
 # KEYS: meta hash, list. ARGV: clone, cursor, limit, batch size, now ms, batch wait ms, record
 # key prefix, final (1: answer whatever there is). Returns -1 for an unknown cursor; {0} when
@@ -218,6 +220,38 @@ class RedisSessionLogs:
                 ],
             )
         )
+
+
+class SessionPolling:
+    """The store's side of retrieve_futures (a mixin of RedisStore)."""
+
+    session_logs: RedisSessionLogs
+    no_key: str
+    retrieved_ms: int
+
+    def _log_keys(self, key: Key | None) -> list[str]:
+        """The completion-log hash and list of `key`'s target (placeholders without a key)."""
+        if key is None:
+            return [self.no_key, self.no_key]
+        logs = self.session_logs
+        return [logs.meta_key(key[0]), logs.list_key((key[0], key[1] // CLONE_BLOCK))]
+
+    def clock_ms(self) -> int:
+        return now_ms()
+
+    def retrieved_bucket(self) -> str:
+        """The bytes bucket of a retrieved clock started now."""
+        return bucket(now_ms() + self.retrieved_ms)
+
+    @guard
+    async def session_completions(
+        self, target: Target, cursor: int, hold: float, *, limit: int = SESSION_ANSWER_LIMIT
+    ) -> tuple[list[Entry], int] | None:
+        return await self.session_logs.answer(target, cursor, hold, limit)
+
+    @guard
+    async def acknowledge(self, target: Target, request_ids: Iterable[str]) -> int:
+        return await self.session_logs.acknowledge(target, request_ids)
 
 
 def _entry(position: int, raw: bytes) -> Entry:

@@ -131,6 +131,30 @@ return lapsed
 """
 
 
+def clients(url: str, connections: int) -> tuple[Any, Any]:
+    """The request path's client and the control client (leases, takeover, counters)."""
+    import redis.asyncio as redis
+
+    # A blocking pool: beyond `connections` concurrent calls, a call waits for a connection
+    # instead of failing (a busy pool is not an unavailable store); a call on a connection
+    # gives up after 30 s (a stopped engine), a connect after 10 s (no accept).
+    pool = redis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=connections,
+        timeout=None,
+        socket_connect_timeout=10.0,
+        socket_timeout=30.0,
+        driver_info=None,  # no CLIENT SETINFO per connection (and no package lookup)
+    )
+    # Lease renewal, takeover and the counters' refresh have their own connection: a pool
+    # busy with large payloads must not delay a renewal past the lease (a takeover of a
+    # forward that is still running generates the sample twice).
+    control = redis.Redis.from_url(
+        url, single_connection_client=True, socket_connect_timeout=10.0, driver_info=None
+    )
+    return redis.Redis(connection_pool=pool), control
+
+
 def address(url: str) -> str:
     """`url` without a password (what /healthz and logs show)."""
     parts = urllib.parse.urlsplit(url)

@@ -28,14 +28,12 @@ record is one Lua script, so it is atomic across processes and costs one round t
   need trimming and a per-poll cursor. A missed message (subscriber reconnecting) costs no
   result: `wait` re-reads the record after registering, after waking and when its hold ends,
   and a reconnected subscriber wakes every local waiter to re-read.
-- Session polling (`retrieve_futures`): per-session completion logs kept in the engine and
-  appended by the script that finishes a record (redis_completions.py).
+- Session polling: completion logs in the engine, appended by FINISH (redis_completions.py).
 
-The calls of the request path go through an auto-pipeline (redis_pipeline.py): the calls of
-one event-loop iteration share one round trip. Any engine error (connection refused, timeout,
-loading) becomes `StoreUnavailable`, which the routes answer with 503 and Retry-After; the
-client reconnects on its own when the engine is back. The scripts are in redis_scripts.py, the
-background loops in redis_background.py.
+The request path's calls of one event-loop iteration share one round trip (redis_pipeline.py).
+Any engine error (connection refused, timeout, loading) becomes `StoreUnavailable`, answered
+503 with Retry-After; the client reconnects by itself. Scripts: redis_scripts.py; background
+loops: redis_background.py.
 """
 
 from __future__ import annotations
@@ -46,17 +44,16 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from impl.server import redis_scripts as lua
-from impl.server.completions import CLONE_BLOCK, Entry, Target
+from impl.server.completions import CLONE_BLOCK
 from impl.server.redis_background import StoreBackground
 from impl.server.redis_completions import SCRIPTS as SESSION_SCRIPTS
-from impl.server.redis_completions import RedisSessionLogs
+from impl.server.redis_completions import RedisSessionLogs, SessionPolling
 from impl.server.redis_pipeline import AutoPipeline
 from impl.server.redis_scripts import address, bucket, guard, now_ms, pack, unkey
 from impl.server.redis_scripts import unpack_job as unpack_job
@@ -64,7 +61,6 @@ from impl.server.store import (
     DONE,
     FAILED,
     PENDING,
-    SESSION_ANSWER_LIMIT,
     THREAD_JSON_BYTES,
     Key,
     Record,
@@ -73,20 +69,12 @@ from impl.server.store import StoreUnavailable as StoreUnavailable
 
 log = logging.getLogger("hotpath.server")
 _COUNTERS = (
-    "submitted",
-    "deduplicated",
-    "late_duplicates",
-    "completed",
-    "failed",
-    "delivered",
-    "json_derived",
-    "takeovers",
-    "finished_twice",
-    "acknowledged",
+    *("submitted", "deduplicated", "late_duplicates", "completed", "failed", "delivered"),
+    *("json_derived", "takeovers", "finished_twice", "acknowledged"),
 )
 
 
-class RedisStore(StoreBackground):
+class RedisStore(SessionPolling, StoreBackground):
     """The shared store: records in Redis/Valkey, wake-ups by pub/sub, leases for takeover."""
 
     clock_starts_on_build = False
@@ -120,24 +108,7 @@ class RedisStore(StoreBackground):
         self.lease_ms = int(lease * 1000)
         self.prefix = prefix
         self.refresh_interval = refresh_interval
-        # A blocking pool: beyond `connections` concurrent calls, a call waits for a connection
-        # instead of failing (a busy pool is not an unavailable store); a call on a connection
-        # gives up after 30 s (a stopped engine), a connect after 10 s (no accept).
-        pool = redis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=connections,
-            timeout=None,
-            socket_connect_timeout=10.0,
-            socket_timeout=30.0,
-            driver_info=None,  # no CLIENT SETINFO per connection (and no package lookup)
-        )
-        self.client = redis.Redis(connection_pool=pool)
-        # Lease renewal, takeover and the counters' refresh have their own connection: a pool
-        # busy with large payloads must not delay a renewal past the lease (a takeover of a
-        # forward that is still running generates the sample twice).
-        self.control = redis.Redis.from_url(
-            url, single_connection_client=True, socket_connect_timeout=10.0, driver_info=None
-        )
+        self.client, self.control = lua.clients(url, connections)
         self.pending_key = prefix + "pending"
         self.bytes_key = prefix + "bytes"
         self.stats_key = prefix + "stats"
@@ -238,13 +209,6 @@ class RedisStore(StoreBackground):
         record = Record(request_id, key, int(n))
         record.state = DONE if not found[1] else PENDING  # a tombstone's poll gets 404
         return record
-
-    def _log_keys(self, key: Key | None) -> list[str]:
-        """The completion-log hash and list of `key`'s target (placeholders without a key)."""
-        if key is None:
-            return [self.no_key, self.no_key]
-        logs = self.session_logs
-        return [logs.meta_key(key[0]), logs.list_key((key[0], key[1] // CLONE_BLOCK))]
 
     @guard
     async def create(self, key: Key | None, n: int, job: Any = None) -> Record:
@@ -402,23 +366,6 @@ class RedisStore(StoreBackground):
             "json", [self._record_key(record.request_id), self.bytes_key, self.stats_key], [text]
         )
         return text
-
-    def clock_ms(self) -> int:
-        return now_ms()
-
-    def retrieved_bucket(self) -> str:
-        """The bytes bucket of a retrieved clock started now."""
-        return bucket(time.time() * 1000 + self.retrieved_ms)
-
-    @guard
-    async def session_completions(
-        self, target: Target, cursor: int, hold: float, *, limit: int = SESSION_ANSWER_LIMIT
-    ) -> tuple[list[Entry], int] | None:
-        return await self.session_logs.answer(target, cursor, hold, limit)
-
-    @guard
-    async def acknowledge(self, target: Target, request_ids: Iterable[str]) -> int:
-        return await self.session_logs.acknowledge(target, request_ids)
 
     async def delivered(self, record: Record) -> None:
         """Start the retrieved clock; if the store is down, the result keeps its longer TTL."""
