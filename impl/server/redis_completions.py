@@ -177,11 +177,10 @@ class RedisSessionLogs:
                 )
                 if found == -1:
                     return None
-                if found[0] == 2:
-                    return [
-                        _entry(int(found[1]) - len(found) + 3 + i, raw)
-                        for i, raw in enumerate(found[2:])
-                    ], int(found[1])
+                if found[0] == 2:  # {2, new cursor, entries...}: the last is at the cursor
+                    last, raws = int(found[1]), found[2:]
+                    first = last - len(raws) + 1
+                    return [_entry(first + i, raw) for i, raw in enumerate(raws)], last
                 if final:
                     return [], cursor
                 until = deadline
