@@ -1,8 +1,9 @@
 """The session protocol through the real server: client/config flags, retrieve_futures (cursor,
 acks, holds, every error path), the metadata-first retrieve_future and join_sampling_session.
 
-`hotpath serve` runs in a subprocess against the stand-in upstream (tests/_fake_vllm.py, whose
-`DELAY_BASE + ms` seeds answer after `ms` milliseconds); the test talks HTTP to it.
+`hotpath serve` runs in a subprocess (on the memory store, then on an embedded redis-server)
+against the stand-in upstream (tests/_fake_vllm.py, whose `DELAY_BASE + ms` seeds answer
+after `ms` milliseconds); the test talks HTTP to it.
 """
 
 from __future__ import annotations
@@ -22,10 +23,24 @@ def upstream():
         yield process
 
 
-@pytest.fixture(scope="module")
-def server(upstream):
+def _no_engine() -> str | None:
+    from impl.server import embedded
+
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return "the shared store needs redis-py: pip install 'hotpath[store]'"
+    return embedded.INSTALL_HINT if embedded.binary() is None else None
+
+
+@pytest.fixture(scope="module", params=["memory", "embedded"])
+def server(upstream, request):
+    """The server on the memory store, and on the shared store (an embedded redis-server):
+    every case below holds on both."""
+    if request.param == "embedded" and (missing := _no_engine()):
+        pytest.skip(missing)
     args = ("--poll-hold", "5", "--session-batch-wait", "0", "--metadata-first-bytes", "64")
-    with start_server(upstream.url, *args) as process:
+    with start_server(upstream.url, *args, "--store", request.param) as process:
         yield process
 
 

@@ -71,13 +71,15 @@ class AutoPipeline:
                     again, await self._execute([batch[i][0] for i in again]), strict=True
                 ):
                     replies[i] = reply
-        except BaseException as exc:  # the connection failed: every caller gets the error
+        except Exception as exc:  # the connection failed: every caller gets the error
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
             return
+        except BaseException:  # cancelled (shutdown): so are the callers
+            for _, future in batch:
+                future.cancel()
+            raise
         for (_, future), reply in zip(batch, replies, strict=True):
             if future.done():  # the caller was cancelled
                 continue
