@@ -154,7 +154,9 @@ async def lifespan(
         encoder_name=picks.encode.name,
         workers=settings.decode_workers or decoding.default_workers(),
         min_bytes=settings.offloop_min_bytes,
-        nice=settings.decode_worker_nice,
+        nice=decoding.worker_nice(design, settings.decode_worker_nice),
+        pool_name=picks.pool.name,
+        pool_options=picks_module.pool_options(settings),
     )
     await runner.start()
     forwards = ForwardRunner(

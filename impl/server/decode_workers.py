@@ -51,7 +51,7 @@ _SOCKET_BUFFER = 4 << 20
 _READ_LIMIT = 4 << 20  # StreamReader: pause reading past this, not every 128 KiB
 
 
-def _socket_pair() -> tuple[socket.socket, socket.socket]:
+def socket_pair() -> tuple[socket.socket, socket.socket]:
     ours, theirs = socket.socketpair()
     for sock in (ours, theirs):
         for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
@@ -135,7 +135,7 @@ class Processes(Inline):
         await asyncio.gather(*(self._spawn() for _ in range(self.workers)))
 
     async def _spawn(self) -> None:
-        ours, theirs = _socket_pair()
+        ours, theirs = socket_pair()
         try:
             process = await asyncio.create_subprocess_exec(
                 *self.command, stdin=theirs, stdout=theirs

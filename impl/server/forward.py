@@ -6,10 +6,12 @@ or stop token ids). `ForwardRunner.submit` runs the forward in a background task
 object that posts is the pool contract's `Forwarder`; this is the server's runner of forwards):
 it reserves the body's expected bytes in the `BodyBudget`, the picked pool posts the request; a
 connect-phase error or a 5xx is retried once, a failure after the request was sent is final
-(the engine may still be generating, a retry would generate twice). The picked decode design
-(`impl.server.decoding`: inline, threads or worker processes) turns the body into SampleResponse
-bytes with the picked decoder and encoder, and the store completes or fails the record with a
-message saying what went wrong.
+(the engine may still be generating, a retry would generate twice; `impl.server.upstream`). The
+picked decode design (`impl.server.decoding`: inline, threads or worker processes) turns the
+body into SampleResponse bytes with the picked decoder and encoder; with the `fetch` design a
+fetch worker process sends the request, reads the body, decodes and encodes it, and only the
+SampleResponse bytes reach this process. The store completes or fails the record with a message
+saying what went wrong.
 """
 
 from __future__ import annotations
@@ -22,15 +24,12 @@ from typing import Any
 
 import orjson
 
-from impl.pool import ConnectError, ReadError
+from impl.server import upstream
 from impl.server.decoding import BodyBudget, DecodeJob, Inline, UpstreamFailed
 from impl.server.schemas import AsampleRequest
 from impl.server.store import FutureStore, Record, StoreUnavailable
 
 log = logging.getLogger("hotpath.server")
-
-_HEADERS = {"Content-Type": "application/json"}
-_QUOTE = 200
 
 
 class SampleRejected(ValueError):
@@ -112,11 +111,6 @@ def expected_body_bytes(
     return size
 
 
-def _quote(body: bytes) -> str:
-    text = body[:_QUOTE].decode("utf-8", "replace")
-    return repr(text) + ("…" if len(body) > _QUOTE else "")
-
-
 class ForwardRunner:
     """Runs forwards in background tasks and completes or fails their records."""
 
@@ -184,29 +178,12 @@ class ForwardRunner:
 
     async def post(self, body: bytes) -> Any:
         """The router's reply; retried once on a connect-phase error or a 5xx."""
-        for attempt in (1, 2):
-            self.attempts += 1
-            if attempt == 2 and self.metrics is not None:
-                self.metrics.retries.inc()
-            try:
-                reply = await self.pool.post(self.url, body, _HEADERS)
-            except ConnectError as exc:
-                if attempt == 2:
-                    raise UpstreamFailed(
-                        f"could not connect to the router at {self.url} (tried twice): {exc}",
-                        "connect",
-                    ) from None
-                continue
-            except ReadError as exc:
-                raise UpstreamFailed(
-                    f"the router connection failed after the request was sent ({exc}); "
-                    "not retried: the engine may still be generating",
-                    "read",
-                ) from None
-            if reply.status >= 500 and attempt == 1:
-                continue
-            return reply
-        raise AssertionError("unreachable")
+        return await upstream.post(self.pool, self.url, body, self._attempt)
+
+    def _attempt(self, attempt: int) -> None:
+        self.attempts += 1
+        if attempt == 2 and self.metrics is not None:
+            self.metrics.retries.inc()
 
     async def result(self, job: Job) -> bytes:
         """SampleResponse proto bytes for `job`, or UpstreamFailed saying why not.
@@ -215,6 +192,8 @@ class ForwardRunner:
         proto bytes exist; no reference to the body outlives this call. The decode and encode
         metrics are the time of those two steps wherever they ran (in a decode worker: not
         counting the hand-over)."""
+        if self.decoding.fetches(job.expected_bytes):
+            return await self._fetched(job)
         metrics = self.metrics
         await self.budget.acquire(job.expected_bytes)
         held = job.expected_bytes
@@ -223,20 +202,38 @@ class ForwardRunner:
             reply = await self.post(job.body)
             if metrics is not None:
                 metrics.upstream_wait(time.perf_counter() - started)
-            body = reply.body
-            held = self.budget.settle(held, len(body))
-            if reply.status != 200:
-                again = " (after one retry)" if reply.status >= 500 else ""
-                raise UpstreamFailed(
-                    f"the router answered HTTP {reply.status}{again}: {_quote(body)}",
-                    "http_5xx" if reply.status >= 500 else "http_status",
-                )
+            held = self.budget.settle(held, len(reply.body))
+            body = upstream.body_of(reply)
             del reply
             payload, decode_seconds, encode_seconds = await self.decoding.to_proto(body, job.decode)
             if metrics is not None:
                 metrics.decode(decode_seconds)
                 metrics.encode(encode_seconds)
             return payload
+        finally:
+            self.budget.release(held)
+
+    async def _fetched(self, job: Job) -> bytes:
+        """`result` through a fetch worker: the body never enters this process; the budget
+        holds the expected size until the worker answers, then the real size it reports."""
+        metrics = self.metrics
+        await self.budget.acquire(job.expected_bytes)
+        held = job.expected_bytes
+        try:
+            got = await self.decoding.fetch(self.url, job.body, job.decode)
+            held = self.budget.settle(held, got.body_bytes)
+            self.attempts += got.attempts
+            if metrics is not None:
+                if got.attempts == 2:
+                    metrics.retries.inc()
+                if got.attempts:
+                    metrics.upstream_wait(got.upstream_seconds)
+            if got.failure is not None:
+                raise got.failure
+            if metrics is not None:
+                metrics.decode(got.decode_seconds)
+                metrics.encode(got.encode_seconds)
+            return got.payload
         finally:
             self.budget.release(held)
 

@@ -65,11 +65,14 @@ def create(picks: Picks, settings: Settings) -> dict[str, Any]:
     return {
         "decoder": registry.create("decode", picks.decode.name),
         "encoder": registry.create("encode", picks.encode.name),
-        "pool": registry.create(
-            "pool",
-            picks.pool.name,
-            max_connections=settings.upstream_connections,
-            connect_timeout=settings.connect_timeout,
-            read_timeout=settings.read_timeout,
-        ),
+        "pool": registry.create("pool", picks.pool.name, **pool_options(settings)),
+    }
+
+
+def pool_options(settings: Settings) -> dict[str, Any]:
+    """The pool contract's options from the settings (fetch workers build their pools too)."""
+    return {
+        "max_connections": settings.upstream_connections,
+        "connect_timeout": settings.connect_timeout,
+        "read_timeout": settings.read_timeout,
     }

@@ -46,25 +46,30 @@ class Settings:
     offloop: str = _opt(
         "auto",
         "where bodies are decoded and encoded: inline (on the event loop), threads (for a "
-        "decoder that releases the GIL), processes (decode worker processes, any decoder), or "
-        "auto (processes: measured better than threads even for a GIL-free decoder); "
-        "/healthz shows the choice and why",
+        "decoder that releases the GIL), processes (decode worker processes, any decoder), "
+        "fetch (fetch worker processes send the router request, read the body, decode and "
+        "encode it: the body never enters the server's process), or auto (processes: measured "
+        "better than threads even for a GIL-free decoder); /healthz shows the choice and why",
     )
     decode_workers: int | None = _opt(
         None,
-        "decode threads or worker processes (default: one per core this process may use)",
+        "decode threads, decode worker processes or fetch worker processes (default: one per "
+        "core this process may use)",
         flag_type=int,
     )
     offloop_min_bytes: int = _opt(
         1 << 20,
         "bodies smaller than this are decoded on the loop even with threads or processes: "
         "below it a decode blocks the loop for at most ~2 ms and costs less CPU in total "
-        "than handing the body over",
+        "than handing the body over (with fetch: requests whose expected body, from "
+        "max_tokens, is smaller go through the loop's pool and decode on the loop)",
     )
-    decode_worker_nice: int = _opt(
-        10,
-        "niceness added to decode worker processes, so the server's event loop gets a core "
-        "first when both want one (0: same priority)",
+    decode_worker_nice: int | None = _opt(
+        None,
+        "niceness added to decode and fetch worker processes (default: 10 for decode workers, "
+        "so the server's event loop gets a core first when both want one; 0 for fetch workers, "
+        "which also receive the bodies and would otherwise wait behind every other process)",
+        flag_type=int,
     )
     max_body_bytes_in_flight: int = _opt(
         128 << 20,
@@ -216,7 +221,7 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 0 <= self.decode_worker_nice <= 19:
+        if self.decode_worker_nice is not None and not 0 <= self.decode_worker_nice <= 19:
             raise ValueError(f"decode_worker_nice must be 0..19, got {self.decode_worker_nice!r}")
         if self.decode_workers is not None and self.decode_workers < 1:
             raise ValueError(f"decode_workers must be >= 1, got {self.decode_workers!r}")

@@ -1,0 +1,356 @@
+"""Fetch worker processes: the router request goes down a socket, SampleResponse bytes come back.
+
+With decode workers (`impl.server.decode_workers`) the server's loop still receives every body
+through its pool: on probe-128x262k that receive (the pool's completion and its copy of ~20 MB)
+held the loop for 80-430 ms at a time, the longest stalls left. Here each worker process runs its
+own event loop and its own pool of the picked implementation: the server sends it the router
+request (a few KB of JSON) and what decoding needs, the worker posts it (`impl.server.upstream`:
+the same retry rule and messages as the loop's own forwards), reads the body, decodes and encodes
+it with the server's picked decoder and encoder (the same bytes), and answers with the
+SampleResponse bytes (~10x smaller than the body). The body never enters the server's process.
+
+A worker holds many requests at once (generations take long; the worker's loop waits on all of
+them), decodes one body at a time (its loop is single-threaded) and drops the body and the
+decoded buffers once the proto bytes are written. Requests go to the worker with the fewest in
+flight. The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-
+flight`: the expected size is reserved before the request goes to a worker, the real size once
+the worker answers). Each worker's pool gets an equal share of `--upstream-connections`.
+
+Frames: request = `<QII` (job id, meta length, request length), meta (orjson: prompt tokens, n,
+top-k, include prompt logprobs), the router request; answer = `<QcQQBddd` (job id, `o` ok or
+`e` error, payload length, body bytes, attempts, upstream/decode/encode seconds), payload (proto
+bytes, or orjson [failure class, message]). A worker that dies fails exactly the requests it
+held, with a message saying so (not retried: the router may still be generating them), and is
+replaced. A worker exits when the server's end of its socket closes, so a killed server leaves
+no orphan; on shutdown the server closes every socket, waits briefly, then kills by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import struct
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from impl.server.decode_workers import WorkerDied, socket_pair
+from impl.server.decoding import DecodeJob, Fetched, Inline, UpstreamFailed, to_proto
+
+log = logging.getLogger("hotpath.server")
+
+_REQUEST = struct.Struct("<QII")
+_ANSWER = struct.Struct("<QcQQBddd")
+_READY = b"hotpath-fetch-worker ready\n"
+_READ_LIMIT = 4 << 20
+
+
+class _Worker:
+    """The server's side of one fetch worker: its process, its socket, its jobs in flight."""
+
+    def __init__(self, process: asyncio.subprocess.Process, reader: Any, writer: Any) -> None:
+        self.process, self.pid = process, process.pid
+        self.reader, self.writer = reader, writer
+        self.jobs: dict[int, asyncio.Future[Fetched]] = {}
+        self.listener: asyncio.Task[None] | None = None
+
+    async def listen(self) -> None:
+        """Resolve each job's future from its answer frame, until the socket ends."""
+        reader = self.reader
+        while True:
+            head = await reader.readexactly(_ANSWER.size)
+            job_id, kind, size, body_bytes, attempts, up, dec, enc = _ANSWER.unpack(head)
+            payload = await reader.readexactly(size)
+            future = self.jobs.pop(job_id, None)
+            if future is None or future.done():
+                continue  # its forward was cancelled (shutdown)
+            failure = None
+            if kind != b"o":
+                failure_kind, message = orjson.loads(payload)
+                failure, payload = UpstreamFailed(message, failure_kind), b""
+            future.set_result(Fetched(payload, failure, body_bytes, attempts, up, dec, enc))
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+
+
+class FetchWorkers(Inline):
+    """Requests expecting `min_bytes` or more of body are fetched, decoded and encoded by
+    `workers` worker processes; smaller ones go through the loop's pool and decode inline."""
+
+    name = "fetch"
+
+    def __init__(
+        self,
+        decoder: Any,
+        encoder: Any,
+        *,
+        decoder_name: str,
+        encoder_name: str,
+        pool_name: str,
+        pool_options: dict[str, Any],
+        workers: int,
+        min_bytes: int,
+        nice: int = 0,
+    ) -> None:
+        super().__init__(decoder, encoder)
+        options = dict(pool_options)
+        if "max_connections" in options:  # the cap is shared out, not multiplied
+            options["max_connections"] = max(1, -(-options["max_connections"] // workers))
+        self.command = [
+            sys.executable, "-m", "impl.server.fetch_workers", "--decode", decoder_name,
+            "--encode", encoder_name, "--pool", pool_name, "--pool-options",
+            orjson.dumps(options).decode(), "--nice", str(nice),
+        ]  # fmt: skip
+        self.workers, self.min_bytes, self.nice = workers, min_bytes, nice
+        self.alive: dict[int, _Worker] = {}
+        self.replaced = 0
+        self.died: list[str] = []
+        self._ids = itertools.count(1)
+        self._spawning: set[asyncio.Task[None]] = set()
+        self._joined = asyncio.Event()
+
+    async def start(self) -> None:
+        await asyncio.gather(*(self._spawn() for _ in range(self.workers)))
+
+    async def _spawn(self) -> None:
+        ours, theirs = socket_pair()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.command, stdin=theirs, stdout=theirs
+            )
+        finally:
+            theirs.close()  # the child has its copy; EOF reaches it when ours closes
+        reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_READ_LIMIT)
+        worker = _Worker(process, reader, writer)
+        try:
+            line = await asyncio.wait_for(reader.readline(), 60)
+        except (TimeoutError, ConnectionError):
+            line = b""
+        if line != _READY or self.closing:
+            worker.kill()
+            writer.close()
+            await process.wait()
+            if self.closing:
+                return
+            raise RuntimeError(
+                f"fetch worker {' '.join(self.command)} did not start (exit status "
+                f"{process.returncode}; its error output is above)"
+            )
+        self.alive[worker.pid] = worker
+        worker.listener = asyncio.get_running_loop().create_task(self._listen(worker))
+        self._joined.set()
+
+    async def _listen(self, worker: _Worker) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, OSError):
+            await worker.listen()
+        if self.closing:
+            return
+        status = await self._reap(worker)
+        message = (
+            f"the fetch worker (pid {worker.pid}) died while it held this sample ({status}); "
+            f"only the {len(worker.jobs)} sample(s) it held failed (not retried: the router "
+            "may still be generating them), a new worker replaced it"
+        )
+        self.died.append(message)
+        log.error("%s", message)
+        for future in worker.jobs.values():
+            if not future.done():
+                future.set_exception(WorkerDied(message))
+        worker.jobs.clear()
+        task = asyncio.get_running_loop().create_task(self._replace())
+        self._spawning.add(task)
+        task.add_done_callback(self._spawning.discard)
+
+    async def _replace(self) -> None:
+        try:
+            await self._spawn()
+            self.replaced += 1
+        except Exception:
+            log.exception("could not replace a fetch worker")
+
+    async def _reap(self, worker: _Worker) -> str:
+        self.alive.pop(worker.pid, None)
+        if not self.alive:
+            self._joined.clear()
+        worker.writer.close()
+        try:
+            code = await asyncio.wait_for(worker.process.wait(), 5)
+        except TimeoutError:
+            worker.kill()
+            code = await worker.process.wait()
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit status {code}"
+
+    def fetches(self, expected_bytes: int) -> bool:
+        return expected_bytes >= self.min_bytes
+
+    async def fetch(self, url: str, request: bytes, job: DecodeJob) -> Fetched:
+        self.offloop += 1
+        while not self.alive:  # every worker died at once: wait for a replacement
+            await self._joined.wait()
+        worker = min(self.alive.values(), key=lambda w: len(w.jobs))
+        job_id = next(self._ids)
+        future: asyncio.Future[Fetched] = asyncio.get_running_loop().create_future()
+        worker.jobs[job_id] = future
+        meta = orjson.dumps([url, job.prompt_tokens, job.n, job.topk, job.include_prompt_logprobs])
+        try:
+            worker.writer.write(_REQUEST.pack(job_id, len(meta), len(request)) + meta)
+            worker.writer.write(request)
+            await worker.writer.drain()
+            return await future
+        except (ConnectionError, BrokenPipeError) as exc:  # died before the listener saw it
+            return await _died(future, exc)
+        except WorkerDied as exc:
+            raise UpstreamFailed(str(exc), "decode_worker") from None
+        finally:
+            worker.jobs.pop(job_id, None)
+
+    async def aclose(self) -> None:
+        self.closing = True
+        self._joined.set()
+        await asyncio.gather(*self._spawning, return_exceptions=True)
+        workers = list(self.alive.values())
+        for worker in workers:
+            worker.writer.close()
+        for worker in workers:
+            try:
+                await asyncio.wait_for(worker.process.wait(), 2)
+            except TimeoutError:
+                worker.kill()
+                await worker.process.wait()
+            if worker.listener is not None:
+                worker.listener.cancel()
+        self.alive.clear()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            **super().stats(),
+            "workers": self.workers,
+            "min_bytes": self.min_bytes,
+            "nice": self.nice,
+            "pids": sorted(self.alive),
+            "in_flight": {str(pid): len(w.jobs) for pid, w in sorted(self.alive.items())},
+            "replaced": self.replaced,
+            "last_death": self.died[-1] if self.died else None,
+        }
+
+
+async def _died(future: asyncio.Future[Fetched], exc: BaseException) -> Fetched:
+    """A write to a dead worker: its listener fails the future with the full message."""
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), 10)
+    except WorkerDied as died:
+        raise UpstreamFailed(str(died), "decode_worker") from None
+    except TimeoutError:
+        raise UpstreamFailed(f"the fetch worker's socket failed: {exc}", "decode_worker") from None
+
+
+# -- the worker process ----------------------------------------------------------------------
+
+
+async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any, ...]:
+    """One router request through this worker's pool: the answer's fields after the job id."""
+    from impl.server import upstream
+
+    url, prompt_tokens, n, topk, include = orjson.loads(meta)
+    attempts = 0
+    body_bytes = 0
+    upstream_seconds = decode_seconds = encode_seconds = 0.0
+
+    def attempt(number: int) -> None:
+        nonlocal attempts
+        attempts = number
+
+    try:
+        started = time.perf_counter()
+        try:
+            reply = await upstream.post(parts["pool"], url, request, attempt)
+        finally:
+            upstream_seconds = time.perf_counter() - started
+        body_bytes = len(reply.body)
+        body = upstream.body_of(reply)
+        del reply
+        job = DecodeJob(prompt_tokens, n, topk, include)
+        payload, decode_seconds, encode_seconds = to_proto(
+            parts["decoder"], parts["encoder"], body, job
+        )
+        del body
+        kind = b"o"
+    except UpstreamFailed as exc:
+        payload, kind = orjson.dumps([exc.kind, str(exc)]), b"e"
+    except Exception as exc:  # a bug: fail the sample, keep the worker
+        message = f"internal server error: {type(exc).__name__}: {exc}"
+        payload, kind = orjson.dumps(["internal", message]), b"e"
+    timings = (upstream_seconds, decode_seconds, encode_seconds)
+    return kind, payload, body_bytes, attempts, timings
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    import socket
+
+    from impl import registry
+
+    parts = {
+        "decoder": registry.create("decode", args.decode),
+        "encoder": registry.create("encode", args.encode),
+        "pool": registry.create("pool", args.pool, **orjson.loads(args.pool_options)),
+    }
+    channel = socket.socket(fileno=os.dup(0))
+    reader, writer = await asyncio.open_unix_connection(sock=channel, limit=_READ_LIMIT)
+    writer.write(_READY)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run(job_id: int, meta: bytes, request: bytes) -> None:
+        kind, payload, body_bytes, attempts, timings = await _job(parts, meta, request)
+        writer.write(_ANSWER.pack(job_id, kind, len(payload), body_bytes, attempts, *timings))
+        writer.write(payload)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    try:
+        while True:
+            try:
+                job_id, meta_size, size = _REQUEST.unpack(await reader.readexactly(_REQUEST.size))
+                meta = await reader.readexactly(meta_size)
+                request = await reader.readexactly(size)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return 0  # the server closed its end (shutdown, or it died)
+            task = asyncio.get_running_loop().create_task(run(job_id, meta, request))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(parts["pool"].aclose(), 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The worker: frames in and out on the socket that is its stdin, until the server closes it."""
+    parser = argparse.ArgumentParser(prog="python -m impl.server.fetch_workers")
+    parser.add_argument("--decode", required=True, help="decode implementation (registry name)")
+    parser.add_argument("--encode", required=True, help="encode implementation (registry name)")
+    parser.add_argument("--pool", required=True, help="pool implementation (registry name)")
+    parser.add_argument("--pool-options", default="{}", help="the pool contract's options (JSON)")
+    parser.add_argument("--nice", type=int, default=0, help="added to this process's niceness")
+    args = parser.parse_args(argv)
+    if args.nice:
+        os.nice(args.nice)  # the server's loop answers first when both want a core
+    os.dup2(2, 1)  # stray prints go to stderr, not into the frames (the socket is fd 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the server's to handle
+    return asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
