@@ -10,7 +10,8 @@ wait, decode, encode, store, serve). At the end: a table, and with `--report PAT
 report. `--compare baseline` runs the same scenario against `hotpath serve --baseline`
 and then the picked configuration, and prints them side by side with ratios; `--compare inline`
 does the same with the picked configuration, then the same implementations decoding on the
-server's event loop (`--offloop inline`). `--profile
+server's event loop (`--offloop inline`), `--compare processes` with decode worker processes
+(`--offloop processes`). `--profile
 PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
 
 Every run is bounded: `--num-requests` and `--timeout` (unfinished samples are reported as
@@ -106,11 +107,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=("baseline", "poll", "client", "inline", "memory"),
+        choices=("baseline", "poll", "client", "inline", "processes", "memory"),
         help="two runs side by side with ratios: baseline (`hotpath serve --baseline`, then the "
         "picked configuration), poll (--poll request, then --poll session), client (the "
         "SDK-shaped http client, then the real SDK), inline (the picked configuration, then the "
-        "same implementations decoding on the server's event loop, `--offloop inline`), memory "
+        "same implementations decoding on the server's event loop, `--offloop inline`), processes "
+        "(the same with decode worker processes, `--offloop processes`), memory "
         "(one process on the memory store, then --server-workers/--store)",
     )
     parser.add_argument(
@@ -421,13 +423,16 @@ def run_scenario(
     return run
 
 
-def inline_scenario(scenario: presets.Scenario, picked: dict[str, Any]) -> presets.Scenario:
-    """`scenario` against a server that decodes on its event loop (`--offloop inline`) with the
-    implementations the picked run used (its /healthz picks), so only the design differs."""
+def inline_scenario(
+    scenario: presets.Scenario, picked: dict[str, Any], design: str = "inline"
+) -> presets.Scenario:
+    """`scenario` against a server that decodes on its event loop (`--offloop inline`, or
+    `design`) with the implementations the picked run used (its /healthz picks), so only the
+    design differs."""
     pinned: list[str] = []
     for family, name in report.picks(picked.get("healthz")).items():
         pinned += [f"--{family}", name]
-    extra = (*scenario.server_args, *pinned, "--offloop", "inline")
+    extra = (*scenario.server_args, *pinned, "--offloop", design)
     return scenario.with_overrides(server_args=extra)
 
 
@@ -485,8 +490,9 @@ def run(args: argparse.Namespace) -> int:
             **common,
         )
     )
-    if args.compare == "inline":  # same implementations as the picked run, decoded on the loop
-        runs.insert(0, run_scenario(inline_scenario(scenario, runs[0]), label="inline", **common))
+    if args.compare in ("inline", "processes"):  # same implementations, another decode design
+        other = inline_scenario(scenario, runs[0], args.compare)
+        runs.insert(0, run_scenario(other, label=args.compare, **common))
     summaries = [report.summarize(r) for r in runs]
     print(
         f"\nhotpath loadtest --preset {args.preset}: {scenario.num_requests} samples x "

@@ -10,8 +10,9 @@ it with the server's picked decoder and encoder (the same bytes), and answers wi
 SampleResponse bytes (~10x smaller than the body). The body never enters the server's process.
 
 A worker holds many requests at once (generations take long; the worker's loop waits on all of
-them), decodes one body at a time (its loop is single-threaded) and drops the body and the
-decoded buffers once the proto bytes are written. Requests go to the worker with the fewest in
+them), decodes one body at a time in its one decode thread (so with a decoder that releases the
+GIL its loop keeps completing other receives meanwhile) and drops the body and the decoded
+buffers once the proto bytes are written. Requests go to the worker with the fewest in
 flight. The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-
 flight`: the expected size is reserved before the request goes to a worker, the real size once
 the worker answers). Each worker's pool gets an equal share of `--upstream-connections`.
@@ -37,6 +38,7 @@ import signal
 import struct
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -281,8 +283,8 @@ async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any,
         body = upstream.body_of(reply)
         del reply
         job = DecodeJob(prompt_tokens, n, topk, include)
-        payload, decode_seconds, encode_seconds = to_proto(
-            parts["decoder"], parts["encoder"], body, job
+        payload, decode_seconds, encode_seconds = await asyncio.get_running_loop().run_in_executor(
+            parts["decode_thread"], to_proto, parts["decoder"], parts["encoder"], body, job
         )
         del body
         kind = b"o"
@@ -304,6 +306,9 @@ async def _serve(args: argparse.Namespace) -> int:
         "decoder": registry.create("decode", args.decode),
         "encoder": registry.create("encode", args.encode),
         "pool": registry.create("pool", args.pool, **orjson.loads(args.pool_options)),
+        # one body decoded at a time, off this loop: with a decoder that releases the GIL the
+        # loop keeps completing the other bodies' receives meanwhile
+        "decode_thread": ThreadPoolExecutor(1, thread_name_prefix="hotpath-fetch-decode"),
     }
     channel = socket.socket(fileno=os.dup(0))
     reader, writer = await asyncio.open_unix_connection(sock=channel, limit=_READ_LIMIT)
@@ -334,6 +339,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await asyncio.gather(*tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(parts["pool"].aclose(), 1)
+        parts["decode_thread"].shutdown(wait=False, cancel_futures=True)
 
 
 def main(argv: list[str] | None = None) -> int:
