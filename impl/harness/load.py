@@ -11,8 +11,8 @@ report. `--compare baseline` runs the same scenario against `hotpath serve --bas
 and then the picked configuration, and prints them side by side with ratios; `--compare inline`
 does the same with the picked configuration, then the same implementations decoding on the
 server's event loop (`--offloop inline`), `--compare processes` with decode worker processes
-(`--offloop processes`). `--profile
-PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
+(`--offloop processes`), `--compare fetch` with fetch worker processes (`--offloop fetch`).
+`--profile PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
 
 Every run is bounded: `--num-requests` and `--timeout` (unfinished samples are reported as
 such); processes are stopped by PID; all traffic stays on 127.0.0.0/8. Exit status 0 only when
@@ -107,12 +107,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=("baseline", "poll", "client", "inline", "processes", "memory"),
+        choices=("baseline", "poll", "client", "inline", "processes", "fetch", "memory"),
         help="two runs side by side with ratios: baseline (`hotpath serve --baseline`, then the "
         "picked configuration), poll (--poll request, then --poll session), client (the "
         "SDK-shaped http client, then the real SDK), inline (the picked configuration, then the "
         "same implementations decoding on the server's event loop, `--offloop inline`), processes "
-        "(the same with decode worker processes, `--offloop processes`), memory "
+        "(the same with decode worker processes, `--offloop processes`), fetch (the same with "
+        "fetch worker processes, `--offloop fetch`), memory "
         "(one process on the memory store, then --server-workers/--store)",
     )
     parser.add_argument(
@@ -490,7 +491,11 @@ def run(args: argparse.Namespace) -> int:
             **common,
         )
     )
-    if args.compare in ("inline", "processes"):  # same implementations, another decode design
+    if args.compare in (
+        "inline",
+        "processes",
+        "fetch",
+    ):  # same implementations, another decode design
         other = inline_scenario(scenario, runs[0], args.compare)
         runs.insert(0, run_scenario(other, label=args.compare, **common))
     summaries = [report.summarize(r) for r in runs]
