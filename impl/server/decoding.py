@@ -8,12 +8,11 @@ seconds, encode seconds)` (`UpstreamFailed` saying why not):
 
 - `inline`: decode and encode on the loop (the cheapest for small bodies, and the baseline);
 - `threads`: a thread pool, for a decoder whose parse releases the GIL (`releases_gil`);
-- `processes`: decode worker processes (`impl.server.decode_workers`), for any decoder; `auto`
-  picks them even for a GIL-free decoder, as measured (see `choose`);
+- `processes`: decode worker processes (`impl.server.decode_workers`), for any decoder;
 - `fetch`: fetch worker processes (`impl.server.fetch_workers`) that also send the router
   request and read its body with the picked pool, so the body never enters the server's process
   (`fetch(url, request, job) -> Fetched` instead of `to_proto`, for requests whose expected body
-  is `--offloop-min-bytes` or more).
+  is `--offloop-min-bytes` or more). `auto` picks it for every decoder, as measured (`choose`).
 
 Bodies under `--offloop-min-bytes` stay inline in every design: handing them over costs the
 loop more than decoding them. `BodyBudget` caps the upstream body bytes held at once
@@ -123,16 +122,14 @@ def choose(design: str, decoder_name: str, decoder: Any, *, baseline: bool) -> t
         return design, "--offloop (explicit)"
     if baseline:
         return "inline", "--baseline (the configuration before the fixes)"
-    if releases_gil(decoder):
-        return "processes", (
-            f"decoder {decoder_name} releases the GIL, but threads share the server's process "
-            "and priority: on probe-128x262k decode worker processes kept /healthz p99 at "
-            "197-301 ms and served 4.3-4.5 results/s, threads 588 ms-1.02 s and 2.9-3.5 "
-            "(--offloop threads to use them)"
-        )
-    return "processes", (
-        f"decoder {decoder_name} holds the GIL while it parses, so a thread would still stall "
-        "the loop: worker processes decode, the loop only moves bytes"
+    gil = "releases the GIL" if releases_gil(decoder) else "holds the GIL while it parses"
+    return "fetch", (
+        f"decoder {decoder_name} {gil}; fetch worker processes send the router request and "
+        "receive, decode and encode the body, so no body reaches the event loop (with decode "
+        "worker processes the loop still received each ~20 MB body, stalling it 80-430 ms): "
+        "side by side on probe-128x262k, 32 samples, load 7-13, /healthz p99 58-104 ms vs "
+        "99-126 ms with decode worker processes and 0.58-1.26 s inline; results/s 0.9-1.2x "
+        "processes (--offloop processes or inline to choose another design)"
     )
 
 

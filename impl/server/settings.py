@@ -48,8 +48,8 @@ class Settings:
         "where bodies are decoded and encoded: inline (on the event loop), threads (for a "
         "decoder that releases the GIL), processes (decode worker processes, any decoder), "
         "fetch (fetch worker processes send the router request, read the body, decode and "
-        "encode it: the body never enters the server's process), or auto (processes: measured "
-        "better than threads even for a GIL-free decoder); /healthz shows the choice and why",
+        "encode it: the body never enters the server's process), or auto (fetch: measured "
+        "freest loop side by side); /healthz shows the choice and why",
     )
     decode_workers: int | None = _opt(
         None,
