@@ -113,6 +113,9 @@ def _server(settings: settings_module.Settings, picks: Picks) -> uvicorn.Server:
             await super().startup(sockets)
             if self.started:
                 tune_runtime(settings, picks.accesslog.name)
+                state = getattr(self.lifespan, "state", {}).get("server")
+                if state is not None:
+                    state.gc.count_frozen()  # /healthz reports this count, never re-walks
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 print(f"hotpath-server listening on http://{host}:{port}", flush=True)
 
