@@ -260,3 +260,28 @@ def test_a_killed_server_leaves_no_fetch_worker(upstream):
             _wait_for(lambda pid=pid: _gone(pid), f"fetch worker {pid} to exit", 10)
     finally:
         server.stop()
+
+
+def test_loadtest_compares_fetch_with_decode_worker_processes(tmp_path, capsys):
+    """`hotpath loadtest --compare processes`: both designs, same implementations, exact results;
+    bodies of 16384 tokens (expected ~1.5 MiB) go to the fetch workers."""
+    import argparse
+
+    from impl.harness import load
+
+    parser = argparse.ArgumentParser()
+    load.add_arguments(parser)
+    path = tmp_path / "r.json"
+    code = load.run(parser.parse_args([
+        "--num-requests", "8", "--workers", "1", "--max-tokens", "16384", "--body", "vllm",
+        "--server-arg=--offloop=fetch", "--compare", "processes", "--verify", "exact",
+        "--no-progress", "--report", str(path),
+    ]))  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    runs = orjson.loads(path.read_bytes())["runs"]
+    assert [r["summary"]["label"] for r in runs] == ["processes", "picked"]
+    assert [r["healthz"]["offloop"]["design"] for r in runs] == ["processes", "fetch"]
+    assert all(r["summary"]["completed"] == 8 for r in runs)
+    assert runs[0]["summary"]["picks"] == runs[1]["summary"]["picks"]
+    assert runs[1]["healthz"]["offloop"]["offloop"] >= 8  # warm-up samples come on top
