@@ -199,6 +199,8 @@ class FetchWorkers(Inline):
     async def fetch(self, url: str, request: bytes, job: DecodeJob) -> Fetched:
         self.offloop += 1
         while not self.alive:  # every worker died at once: wait for a replacement
+            if self.closing:
+                raise UpstreamFailed("the server shut down before the sample was sent", "shutdown")
             await self._joined.wait()
         worker = min(self.alive.values(), key=lambda w: len(w.jobs))
         job_id = next(self._ids)

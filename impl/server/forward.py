@@ -223,10 +223,11 @@ class ForwardRunner:
             got = await self.decoding.fetch(self.url, job.body, job.decode)
             held = self.budget.settle(held, got.body_bytes)
             self.attempts += got.attempts
+            replied = got.failure is None or got.failure.kind not in ("connect", "read")
             if metrics is not None:
                 if got.attempts == 2:
                     metrics.retries.inc()
-                if got.attempts:
+                if replied:  # as on the loop: the wait of a request the router answered
                     metrics.upstream_wait(got.upstream_seconds)
             if got.failure is not None:
                 raise got.failure
