@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _server import Api
+from _server import Api, start_upstream
 
 
 @pytest.fixture
@@ -12,3 +12,10 @@ def api(server):
     client = Api(server.url)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """The stand-in upstream router, one per test module that asks for it."""
+    with start_upstream() as process:
+        yield process

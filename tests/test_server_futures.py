@@ -17,17 +17,11 @@ import numpy as np
 import orjson
 import pytest
 from _fake_vllm import DELAY_BASE
-from _server import API_KEY, Api, start_server, start_upstream
+from _server import API_KEY, Api, start_server
 
 import impl.encode
 from impl.encode import sample_pb2
 from impl.harness import bodies
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with start_upstream() as process:
-        yield process
 
 
 def _forwards(upstream, seed: int) -> int:

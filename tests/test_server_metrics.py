@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from _fake_vllm import DELAY_BASE, SEED_422, SEED_500_ALWAYS, SEED_500_ONCE, SEED_CLOSE, SEED_HTML
-from _server import Api, start_server, start_upstream
+from _server import Api, start_server
 
 parser = pytest.importorskip(
     "prometheus_client.parser", reason="needs prometheus-client: pip install 'hotpath[server]'"
@@ -44,12 +44,6 @@ def scrape(url: str) -> dict[tuple[str, frozenset], float]:
 
 def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with start_upstream() as process:
-        yield process
 
 
 @pytest.fixture(scope="module")

@@ -71,12 +71,6 @@ def _runner(design: decoding.Inline, url: str) -> ForwardRunner:
     return ForwardRunner(pool=pool, decoding=design, store=None, url=url, budget=budget)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
-def upstream():
-    with start_upstream() as process:
-        yield process
-
-
 @pytest.mark.parametrize("name", _decoders())
 def test_fetch_workers_give_what_the_loop_gives(upstream, name):
     """Same bytes for good bodies, same message for every bad upstream and a dead router."""

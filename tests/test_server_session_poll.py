@@ -12,15 +12,9 @@ import time
 
 import pytest
 from _fake_vllm import DELAY_BASE, SEED_500_ALWAYS
-from _server import Api, start_server, start_upstream
+from _server import Api, start_server
 
 POLL = "/api/v1/retrieve_futures"
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with start_upstream() as process:
-        yield process
 
 
 def _no_engine() -> str | None:

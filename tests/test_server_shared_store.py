@@ -11,7 +11,7 @@ import uuid
 
 import numpy as np
 import pytest
-from _server import Api, start_server, start_upstream
+from _server import Api, start_server
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
@@ -199,12 +199,6 @@ def test_an_unreachable_store_raises_store_unavailable(tmp_path):
 
 
 # -- real server processes ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with start_upstream() as process:
-        yield process
 
 
 def _expected(seed: int, max_tokens: int = 8):
