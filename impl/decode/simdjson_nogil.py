@@ -36,7 +36,7 @@ from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, Completion, Sequence, TopK
 from impl.decode import _simdjson_nogil as _ext
 from impl.decode._common import as_bytes, reference
 
-if getattr(_ext, "API_VERSION", None) != 2:  # a build left over from an older source
+if getattr(_ext, "API_VERSION", None) != 3:  # a build left over from an older source
     raise ImportError("impl.decode._simdjson_nogil is a stale build: reinstall hotpath")
 
 _BOM = b"\xef\xbb\xbf"
