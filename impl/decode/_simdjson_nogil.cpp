@@ -3,8 +3,8 @@
 // runtime-dispatched to the best kernel of this CPU) indexes every structural byte, validates
 // UTF-8 and rejects unescaped control characters in strings; one memchr-driven sweep checks
 // every backslash escape (_simdjson_nogil_numbers.h); the walk over the index
-// (_simdjson_nogil_walk.h, _simdjson_nogil_body.h) then checks the JSON grammar of the whole body and parses only the
-// numbers the Completion keeps.
+// (_simdjson_nogil_walk.h, _simdjson_nogil_body.h) then checks the JSON grammar of the whole
+// body and parses only the numbers the Completion keeps.
 //
 // decode(body: bytes, prompt_tokens: bytes | None, k: int, max_depth: int, max_int_digits: int)
 //   -> None when this fast path cannot vouch for the body (the caller asks the reference), or
@@ -175,8 +175,8 @@ PyMethodDef methods[] = {
     {"number", py_number, METH_O,
      "number(token) -> float, or None where the walk would hand the body to the reference."},
     {"decode", py_decode, METH_VARARGS,
-     "decode(body, prompt_tokens, k, max_depth, max_int_digits) -> buffers, or None when the reference must "
-     "decide. Parses without the GIL."},
+     "decode(body, prompt_tokens, k, max_depth, max_int_digits) -> buffers, or None when the "
+     "reference must decide. Parses without the GIL."},
     {nullptr, nullptr, 0, nullptr},
 };
 

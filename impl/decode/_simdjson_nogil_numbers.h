@@ -59,11 +59,35 @@ inline uint32_t digits8(const uint8_t* p, unsigned k) {
   return static_cast<uint32_t>(v);
 }
 
+// The 16 ASCII digits at p as a number: SSE2 multiply-adds pair them into 2, 4, then 8 digits.
+inline uint64_t digits16(const uint8_t* p) {
+#if defined(__SSE2__)
+  __m128i zero = _mm_setzero_si128();
+  __m128i v = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
+                           _mm_set1_epi8('0'));
+  __m128i tens = _mm_set_epi16(1, 10, 1, 10, 1, 10, 1, 10);
+  __m128i pairs = _mm_packs_epi32(_mm_madd_epi16(_mm_unpacklo_epi8(v, zero), tens),
+                                  _mm_madd_epi16(_mm_unpackhi_epi8(v, zero), tens));
+  __m128i quads = _mm_madd_epi16(pairs, _mm_set_epi16(1, 100, 1, 100, 1, 100, 1, 100));
+  quads = _mm_packs_epi32(quads, quads);
+  __m128i eights = _mm_madd_epi16(quads, _mm_set_epi16(1, 10000, 1, 10000, 1, 10000, 1, 10000));
+  uint64_t high = static_cast<uint32_t>(_mm_cvtsi128_si32(eights));
+  uint64_t low = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_srli_si128(eights, 4)));
+  return high * 100000000ULL + low;
+#else
+  return uint64_t{digits8(p, 8)} * 100000000ULL + digits8(p + 8, 8);
+#endif
+}
+
 // The k (0..19) ASCII digits at p as a number.
 inline uint64_t digits19(const uint8_t* p, size_t k) {
-  uint64_t w = 0;
-  for (; k > 8; k -= 8, p += 8) w = w * 100000000ULL + digits8(p, 8);
-  return w * kPow10[k] + digits8(p, static_cast<unsigned>(k));
+  if (k >= 16) {
+    return digits16(p) * kPow10[k - 16] + digits8(p + 16, static_cast<unsigned>(k - 16));
+  }
+  if (k > 8) {
+    return uint64_t{digits8(p, 8)} * kPow10[k - 8] + digits8(p + 8, static_cast<unsigned>(k - 8));
+  }
+  return digits8(p, static_cast<unsigned>(k));
 }
 
 // The first byte at or after p that is not an ASCII digit, eight bytes at a time (reading up
@@ -184,7 +208,7 @@ inline uint32_t digit_mask(const uint8_t* s) {
 // True only for a valid number (with `out` filled); false when not sure, for `shape` to decide.
 inline bool quick_shape(const uint8_t* s, size_t len, Shape& out) {
   if (len > 32 || len == 0) return false;
-  uint32_t span = len == 32 ? ~0u : (1u << len) - 1;
+  uint32_t span = static_cast<uint32_t>((1ULL << len) - 1);
   uint32_t negative = s[0] == '-';
   uint32_t other = (span & ~digit_mask(s)) ^ negative;  // non-digits after the sign
   size_t first = other ? static_cast<size_t>(__builtin_ctz(other)) : len;
@@ -215,6 +239,17 @@ inline bool quick_shape(const uint8_t* s, size_t len, Shape& out) {
   if (digits_at >= len) return false;
   out = Shape{len, dot, exp, negative != 0};
   return true;
+}
+
+// A non-negative integer of 1..8 digits without a leading zero (text_offset, token ids): one
+// word. False when not (the other checks decide).
+inline bool short_natural(const uint8_t* s, size_t len) {
+  if (len > 8 || len == 0) return false;
+  uint64_t v = load8(s);
+  uint64_t high = (v & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL;
+  uint64_t over = ((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL;
+  uint64_t mask = ~0ULL >> (64 - 8 * len);  // the token's bytes
+  return ((high | over) & mask) == 0 && (s[0] != '0' || len == 1);
 }
 
 inline bool any_shape(const uint8_t* s, size_t len, Shape& out) {
@@ -284,12 +319,18 @@ inline bool eisel_lemire(int64_t power, uint64_t mantissa, bool negative, double
   return true;
 }
 
+// simdjson's own parser (correct up to 19 significant digits), out of line: rarely needed.
+[[gnu::noinline]] inline bool slow_double(const uint8_t* s, double& out) {
+  return !simdjson::fallback::numberparsing::parse_double(s).get(out) && std::isfinite(out);
+}
+
 // A JSON number token as Python's float() of it, finite; false for anything else (or beyond 18
 // integer digits, or a double that overflows: the reference decides those). An integer (Python
 // reads it as an int, so -0 is 0.0) is converted exactly; a fraction or exponent is rounded
 // correctly, by Eisel-Lemire where the significant digits fit 19, else by simdjson's parser
 // (0.ddd with more than 19 significant digits: not sure, see below).
-inline bool finite_double(const uint8_t* s, size_t len, double& out) {
+[[gnu::always_inline]] inline bool finite_double(const uint8_t* s, size_t len,
+                                                 double& out) {
   Shape sh;
   if (!any_shape(s, len, sh)) return false;
   size_t int_digits = sh.int_digits();
@@ -339,7 +380,7 @@ inline bool finite_double(const uint8_t* s, size_t len, double& out) {
     if (eisel_lemire(power, mantissa, sh.negative, out)) return true;  // finite by construction
   }
 slow:
-  return !simdjson::fallback::numberparsing::parse_double(s).get(out) && std::isfinite(out);
+  return slow_double(s, out);
 }
 
 inline bool hex4(const uint8_t* p, uint32_t& out) {

@@ -94,6 +94,7 @@ struct Walker {
       case 'f': return length == 5 && std::memcmp(s, "false", 5) == 0;
       case 'n': return length == 4 && std::memcmp(s, "null", 4) == 0;
       default: {
+        if (short_natural(s, length)) return length <= rq.max_int_digits;
         Shape sh;
         return any_shape(s, length, sh) && (!sh.integer() || sh.int_digits() <= rq.max_int_digits);
       }
