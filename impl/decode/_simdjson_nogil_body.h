@@ -38,6 +38,11 @@ struct Result {
 };
 
 struct Reader : Walker {
+  // At most how many elements the array at pos has (each but the last takes two index
+  // entries): reserved up front, no regrowth. Pages never written are never touched, so an
+  // overestimate costs address space, not memory.
+  size_t elements_bound() const { return (n - pos) / 2 + 1; }
+
   bool number(double& out) {
     if (pos >= n || !finite_double(buf + idx[pos], token_len(pos), out)) return false;
     pos++;
@@ -61,6 +66,7 @@ struct Reader : Walker {
       seen = true;
       if (is_null()) return ++pos, true;
       if (peek() != '[') return false;
+      choice.logprobs.reserve(elements_bound());
       return array(5, [&] {
         double value = 0.0;
         if (is_null()) {
@@ -94,6 +100,7 @@ struct Reader : Walker {
         case 1:
           if (is_null()) return ++pos, true;
           if (peek() != '[') return false;
+          out.tokens.reserve(elements_bound());
           return array(4, [&] {
             int64_t token;
             if (!integer(token) || token < INT32_MIN || token > INT32_MAX) return false;
