@@ -2,14 +2,14 @@
 // without a branch per byte.
 //
 // Every scalar token's end is known before it is read (the next structural index, less
-// whitespace), so a number of up to 32 bytes is checked against JSON's grammar in one go: two
-// 16-byte SSE2 loads give a bit mask per character class (digit, '-', '+', '.', 'e'/'E') and
-// the grammar becomes a dozen mask tests. The numbers the Completion keeps are read from the
-// same masks: the significant digits eight at a time (SWAR), then simdjson's own correctly
-// rounded Eisel-Lemire step (`compute_float_64`, exact, with its own fallback when it cannot
-// decide), so a logprob costs a few multiplications instead of a loop per digit. Longer or
-// unusual numbers take the byte-at-a-time path, and anything doubtful simdjson's own
-// `parse_double`, which is what this file replaced: results are identical by construction.
+// whitespace), so a number is checked without a loop per byte: a short natural number
+// (text_offset, token ids) in one 8-byte word; the usual forms from the 32-byte digit mask of
+// two SSE2 loads and the few non-digits it points at (`quick_shape`); anything else by a mask
+// per character class (`shape`) or, past 32 bytes, byte by byte. The logprobs the Completion
+// keeps are read sixteen digits at a time (SSE2 multiply-adds) and rounded correctly by the
+// Eisel-Lemire step of simdjson's `compute_float_64` (its table, without its Clinger
+// shortcut); what that cannot decide goes to simdjson's own `parse_double`, and more than 19
+// significant digits to the reference.
 //
 // String escapes are checked once for the whole body (`escapes_valid`): stage 1 has already
 // found the strings, validated UTF-8 and rejected unescaped control characters inside them,
