@@ -13,6 +13,11 @@ setup(
         Extension(
             "impl.decode._simdjson_nogil",
             sources=["impl/decode/_simdjson_nogil.cpp"],
+            depends=[
+                "impl/decode/_simdjson_nogil_numbers.h",
+                "impl/decode/_simdjson_nogil_walk.h",
+                "impl/decode/_simdjson_nogil_body.h",
+            ],
             libraries=["simdjson"],
             language="c++",
             extra_compile_args=["-std=c++17", "-O3"],

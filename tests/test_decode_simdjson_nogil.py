@@ -159,3 +159,236 @@ def test_escapes_and_digit_runs_at_every_offset():
         ):
             case = body[:at] + value + b"," + body[at:]
             assert (fast_path(case) is not None) is valid, value
+
+
+def _python_number(token: bytes) -> float | None:
+    """What the reference makes of a logprob token: json's int or float, as a finite double."""
+    try:
+        value = json.loads(token)
+    except ValueError:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def _not_sure(token: bytes) -> bool:
+    """Where the reader may hand over: more than 18 whole digits, more than 19 significant
+    digits, or an exponent of more than 8 digits or beyond a double's range."""
+    mantissa, _, exponent = token.lower().lstrip(b"-").partition(b"e")
+    whole, _, frac = mantissa.partition(b".")
+    significant = (whole + frac).lstrip(b"0")
+    return len(whole) > 18 or len(significant) > 19 or len(exponent.lstrip(b"+-")) > 8
+
+
+def _random_tokens(seed: int, count: int) -> list[bytes]:
+    """Logprobs as vLLM prints them (float32 values' shortest double repr), and decimal strings
+    of every digit count, exponent and leading-zero shape around the fast paths' limits."""
+    rng = np.random.default_rng(seed)
+    scale = 10.0 ** rng.integers(-9, 4, count)
+    floats = (rng.standard_exponential(count) * -scale).astype(np.float32)
+    tokens = [repr(float(value)).encode() for value in floats]
+    for _ in range(count):
+        whole = b"0" if rng.random() < 0.4 else str(rng.integers(1, 10**9)).encode()
+        whole = whole * int(rng.integers(1, 3)) if whole != b"0" else whole
+        frac = b"".join(b"%d" % d for d in rng.integers(0, 10, int(rng.integers(0, 26))))
+        if frac and rng.random() < 0.3:
+            frac = b"0" * int(rng.integers(1, 6)) + frac
+        token = (b"-" if rng.random() < 0.5 else b"") + whole + (b"." + frac if frac else b"")
+        if rng.random() < 0.5:
+            sign = [b"", b"-", b"+"][int(rng.integers(0, 3))]
+            token += b"eE"[int(rng.integers(0, 2))].to_bytes(1, "big")
+            token += sign + b"0" * int(rng.integers(0, 3)) + b"%d" % rng.integers(0, 340)
+        tokens.append(token)
+    return tokens
+
+
+EDGE_NUMBERS = [
+    b"0",
+    b"-0",
+    b"0.0",
+    b"-0.0",
+    b"-0e5",
+    b"0e-400",
+    b"1",
+    b"-1",
+    b"1e0",
+    b"1E+2",
+    b"1e-0005",
+    b"-12.5",
+    b"100.25",
+    b"-9999.0",
+    b"-3.630383071140386e-05",
+    b"-0.0017505870200693607",
+    b"-0.00000000000000000000012345678901234567890123",
+    b"0.1",
+    b"0.30000000000000004",
+    b"9007199254740993",
+    b"9007199254740993.0",
+    b"9007199254740992.5",
+    b"123456789012345678",
+    b"1234567890123456789",
+    b"-1234567890123456789.5",
+    b"1.7976931348623157e308",
+    b"1.7976931348623159e308",
+    b"2e308",
+    b"-1e400",
+    b"4.9e-324",
+    b"2.2250738585072014e-308",
+    b"2.2250738585072011e-308",
+    b"1e-320",
+    b"1e+000000001",
+    b"1e000000000000000000001",
+    b"1.00000000000000011102230246251565404236316680908203125",
+    b"1.00000000000000011102230246251565404236316680908203124",
+    b"0." + b"1" * 29,
+    b"0." + b"1" * 30,
+    b"0." + b"1" * 31,
+    b"-0." + b"1" * 30,
+    b"7." + b"3" * 30 + b"e-1",
+    b"00",
+    b"01.5",
+    b"-01",
+    b".5",
+    b"5.",
+    b"1.e5",
+    b"1e",
+    b"1e+",
+    b"+1",
+    b"--1",
+    b"1-2",
+    b"1.2.3",
+    b"1e5e5",
+    b"1e5.5",
+    b"0x10",
+    b"1ee5",
+    b"-",
+    b"1e5 ",
+]
+
+
+@pytest.mark.parametrize("source", ["edges", "random"])
+def test_logprob_numbers_read_exactly(source):
+    """The kept-number reader gives Python's double bit for bit, or hands over (never a guess)."""
+    from impl.decode import _simdjson_nogil
+
+    tokens = EDGE_NUMBERS if source == "edges" else _random_tokens(seed=14, count=4000)
+    answered = 0
+    for token in (t for t in tokens if t.strip() == t):  # a token in a body has no spaces
+        got = _simdjson_nogil.number(token)
+        want = _python_number(token)
+        if got is None:
+            assert want is None or _not_sure(token), token
+            continue
+        answered += 1
+        assert want is not None and np.float64(got).tobytes() == np.float64(want).tobytes(), token
+    assert answered > len(tokens) // 2
+
+
+def test_logprob_numbers_in_a_body_match_the_reference():
+    """The same numbers as token_logprobs of a body: the decode equals the reference's."""
+    tokens = [t for t in EDGE_NUMBERS + _random_tokens(seed=15, count=500) if t.strip() == t]
+    decoder = registry.create(FAMILY, "simdjson_nogil")
+    for token in tokens:
+        body = (
+            b'{"choices":[{"index":0,"token_ids":[7,8],"logprobs":{"text_offset":[0,1],'
+            b'"token_logprobs":[-0.5,%s],"top_logprobs":null},"finish_reason":"stop"}]}' % token
+        )
+        try:
+            want = REFERENCE.decode(body)
+        except DecodeError:
+            assert fast_path(body) is None, token
+            with pytest.raises(DecodeError):
+                decoder.decode(body)
+            continue
+        assert_same(decoder.decode(body), want)
+
+
+@pytest.mark.parametrize("place", ["text-offset", "usage", "top-logprobs"])
+def test_skipped_numbers_in_arrays_and_objects(place):
+    """Skipped numbers (array-of-scalars loop and the general loop): valid exactly when Python
+    says so, at the 32-byte quick check's edge and at MAX_INT_DIGITS."""
+    small = bodies.body_for(3, kind="vllm", n=2, seed=5)
+    after, template = {
+        "top-logprobs": (b'"top_logprobs":[', b'{"x":%s},'),
+        "usage": (b'"usage":{', b'"x":%s,'),
+        "text-offset": (b'"text_offset":[', b"%s,"),
+    }[place]
+    at = small.index(after) + len(after)
+    decoder = registry.create(FAMILY, "simdjson_nogil")
+    digits = MAX_INT_DIGITS
+    values = [*EDGE_NUMBERS, b"1" * digits, b"-" + b"1" * digits, b"1" * (digits + 1)]
+    values += [b"1" * digits + b".5", b"1" * (digits + 1) + b"e5"]  # floats: no digit limit
+    values += [b"1" * n for n in range(28, 36)] + [b"-0." + b"5" * n for n in range(26, 34)]
+    values += [b"1." + b"2" * n + b"e-7" for n in range(25, 32)]
+    for value in values:
+        body = small[:at] + template % value + small[at:]
+        try:
+            json.loads(body)
+            python_valid = _within_int_limit(value)
+        except ValueError:
+            python_valid = False
+        assert (fast_path(body) is not None) is python_valid, value[:40]
+        if python_valid:
+            assert_same(decoder.decode(body), REFERENCE.decode(body))
+        else:
+            with pytest.raises(DecodeError):
+                decoder.decode(body)
+
+
+def _within_int_limit(value: bytes) -> bool:
+    is_int = not any(c in value for c in b".eE")
+    return not is_int or len(value.lstrip(b"-")) <= MAX_INT_DIGITS
+
+
+ESCAPE_CASES = [  # string content (between the quotes), valid for Python's json?
+    (b"\\\\", True),  # an escaped backslash right before the closing quote
+    (b'\\"', True),  # an escaped quote right before the closing quote
+    (b'ab\\\\\\"', True),
+    (b"\\u00e9\\u0000\\/\\b\\f\\n\\r\\t", True),
+    (b"\\uD83D\\uDE00", True),  # a surrogate pair
+    (b"\\ud800", True),  # lone surrogates: Python takes them (handed to the reference)
+    (b"\\udc00", True),
+    (b"\\ud800x", True),
+    (b"\\ud800\\u0041", True),
+    (b"\\u12", False),
+    (b"\\u12g4", False),
+    (b"\\x", False),
+    (b"\\", False),  # escapes the closing quote: the string never ends
+    (b"\\U0041", False),
+    (b"\\ ", False),
+]
+
+
+@pytest.mark.parametrize("where", ["tokens", "key", "text", "end"])
+def test_escapes_at_string_ends(where):
+    """The whole-body escape check agrees with Python's json wherever a string sits."""
+    small = bodies.body_for(3, kind="vllm", n=2, seed=5)
+    decoder = registry.create(FAMILY, "simdjson_nogil")
+    for content, valid in ESCAPE_CASES:
+        string = b'"' + content + b'"'
+        if where == "tokens":
+            at = small.index(b'"tokens":[') + len(b'"tokens":[')
+            body = small[:at] + string + b"," + small[at:]
+        elif where == "key":
+            at = small.index(b'"usage":{') + len(b'"usage":{')
+            body = small[:at] + string + b":1," + small[at:]
+        elif where == "text":
+            body = small.replace(b'"text":"', b'"text":"' + content, 1)
+        else:
+            body = small[:-1] + b',"z":' + string + b"}"
+        try:
+            json.loads(body)
+            python_valid = True
+        except ValueError:
+            python_valid = False
+        assert python_valid is valid, content
+        if not valid:
+            assert fast_path(body) is None, content
+            with pytest.raises(DecodeError):
+                decoder.decode(body)
+        else:
+            assert_same(decoder.decode(body), REFERENCE.decode(body))
+            if b"\\ud8" not in content.lower() and b"\\udc" not in content.lower():
+                assert fast_path(body) is not None, content

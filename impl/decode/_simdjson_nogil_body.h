@@ -1,0 +1,281 @@
+// impl.decode._simdjson_nogil, part 3 of 4: the vLLM body's shape, read over the walk.
+//
+// `Reader` adds to the grammar walk (_simdjson_nogil_walk.h) what the Completion keeps: the
+// choices in index order with their `token_ids`, `token_logprobs` and finish reason, and the
+// first choice's prompt logprobs with top-k rows. Every other value goes through `skip`.
+// Anything unexpected (a wrong type, an escaped or duplicated key it reads, a length
+// mismatch) answers false, and the reference decides.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+#include "_simdjson_nogil_walk.h"
+
+namespace nogil {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kTopkPadLogprob = -99999.0f;
+
+struct Choice {
+  int64_t index = 0;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  bool stop = false;
+  size_t prompt_logprobs = 0;   // index position of the value + 1; 0 = absent or null
+  size_t prompt_token_ids = 0;  // likewise (null counts as present, as in the reference)
+};
+
+struct Result {
+  std::vector<Choice> choices;
+  bool has_prompt = false;
+  std::vector<float> prompt;
+  std::vector<int32_t> topk_ids;
+  std::vector<float> topk_lps;
+};
+
+struct Reader : Walker {
+  // At most how many elements the array at pos has (each but the last takes two index
+  // entries): reserved up front, no regrowth. Pages never written are never touched, so an
+  // overestimate costs address space, not memory.
+  size_t elements_bound() const { return (n - pos) / 2 + 1; }
+
+  bool number(double& out) {
+    if (pos >= n || !finite_double(buf + idx[pos], token_len(pos), out)) return false;
+    pos++;
+    return true;
+  }
+
+  bool integer(int64_t& out) {
+    if (pos >= n || !small_int(buf + idx[pos], token_len(pos), out)) return false;
+    pos++;
+    return true;
+  }
+
+  bool logprobs(Choice& choice) {  // the value of "logprobs" (in a choice, itself at depth 3)
+    if (is_null()) return ++pos, true;
+    if (peek() != '{') return false;
+    bool seen = false;
+    return object(4, [&](std::string_view key, bool escaped) {
+      if (escaped) return false;
+      if (key != "token_logprobs") return skip(4);
+      if (seen) return false;
+      seen = true;
+      if (is_null()) return ++pos, true;
+      if (peek() != '[') return false;
+      choice.logprobs.reserve(elements_bound());
+      return array(5, [&] {
+        double value = 0.0;
+        if (is_null()) {
+          pos++;
+        } else if (!number(value)) {
+          return false;
+        }
+        choice.logprobs.push_back(static_cast<float>(value));  // double, then float32
+        return true;
+      });
+    });
+  }
+
+  bool choice(Choice& out) {
+    if (peek() != '{') return false;
+    static constexpr std::string_view names[] = {"index", "token_ids", "logprobs",
+                                                 "finish_reason", "prompt_logprobs",
+                                                 "prompt_token_ids"};
+    bool seen[6] = {};
+    bool has_index = false;
+    bool ok = object(3, [&](std::string_view key, bool escaped) {
+      if (escaped) return false;
+      size_t which = 0;
+      while (which < 6 && key != names[which]) which++;
+      if (which == 6) return skip(3);
+      if (seen[which]) return false;
+      seen[which] = true;
+      switch (which) {
+        case 0:
+          return has_index = integer(out.index);
+        case 1:
+          if (is_null()) return ++pos, true;
+          if (peek() != '[') return false;
+          out.tokens.reserve(elements_bound());
+          return array(4, [&] {
+            int64_t token;
+            if (!integer(token) || token < INT32_MIN || token > INT32_MAX) return false;
+            out.tokens.push_back(static_cast<int32_t>(token));
+            return true;
+          });
+        case 2:
+          return logprobs(out);
+        case 3:
+          if (peek() == '"') {
+            const uint8_t *s, *e;
+            bool esc;
+            if (!string(s, e, esc) || esc) return false;
+            std::string_view finish(reinterpret_cast<const char*>(s), static_cast<size_t>(e - s));
+            out.stop = finish == "stop" || finish == "stop_token";
+            return true;
+          }
+          return skip(3);
+        case 4:
+          out.prompt_logprobs = is_null() ? 0 : pos + 1;
+          return skip(3);
+        default:
+          out.prompt_token_ids = pos + 1;
+          return skip(3);
+      }
+    });
+    if (!ok || !has_index) return false;
+    size_t n_tokens = out.tokens.size();
+    if (out.logprobs.empty()) {
+      out.logprobs.assign(n_tokens, 0.0f);  // no logprobs requested: zeros
+    } else if (out.logprobs.size() != n_tokens) {
+      return false;
+    }
+    return true;
+  }
+
+  bool root(std::vector<Choice>& choices) {
+    if (peek() != '{') return false;
+    bool seen = false;
+    bool ok = object(1, [&](std::string_view key, bool escaped) {
+      if (escaped) return false;
+      if (key != "choices") return skip(1);
+      if (seen || peek() != '[') return false;
+      seen = true;
+      return array(2, [&] {
+        choices.emplace_back();
+        return choice(choices.back());
+      });
+    });
+    return ok && seen && pos == n;
+  }
+
+  // One member of a prompt logprob entry: {"logprob": number|null, "rank": int, ...}.
+  struct Item {
+    bool object = false, rank_ok = false, logprob_ok = true;
+    int64_t rank = 0;
+    float logprob = kNaN;
+  };
+  bool item(Item& out) {  // a value in a prompt logprob entry (an object at depth 5)
+    if (peek() != '{') return skip(5);  // not an object: only an error if it is read
+    out.object = true;
+    bool seen_rank = false, seen_logprob = false;
+    return object(6, [&](std::string_view key, bool escaped) {
+      if (escaped) return false;
+      if (key == "rank") {
+        if (seen_rank) return false;
+        seen_rank = true;
+        if (peek() == '-' || is_digit(peek())) {
+          out.rank_ok = integer(out.rank);
+          return out.rank_ok;
+        }
+        return skip(6);
+      }
+      if (key == "logprob") {
+        if (seen_logprob) return false;
+        seen_logprob = true;
+        if (is_null()) return ++pos, true;
+        double value;
+        if (peek() == '-' || is_digit(peek())) {
+          if (!number(value)) return false;
+          out.logprob = static_cast<float>(value);
+          return true;
+        }
+        out.logprob_ok = false;
+        return skip(6);
+      }
+      return skip(6);
+    });
+  }
+
+  struct Ranked {
+    int64_t rank;
+    int32_t token;
+    float logprob;
+  };
+
+  bool prompt(const Choice& first, Result& out) {
+    std::vector<int64_t> own_ids;
+    const int64_t* tokens = rq.prompt_tokens;
+    size_t n_tokens = rq.n_prompt_tokens;
+    if (tokens == nullptr) {
+      if (first.prompt_token_ids == 0) return false;
+      pos = first.prompt_token_ids - 1;
+      if (peek() != '[') return false;
+      bool ok = array(4, [&] {
+        int64_t token;
+        if (!integer(token)) return false;
+        own_ids.push_back(token);
+        return true;
+      });
+      if (!ok) return false;
+      tokens = own_ids.data();
+      n_tokens = own_ids.size();
+    }
+    pos = first.prompt_logprobs - 1;
+    if (peek() != '[') return false;
+    size_t k = rq.k > 0 ? static_cast<size_t>(rq.k) : 0;
+    out.has_prompt = true;
+    out.prompt.assign(n_tokens, kNaN);
+    out.topk_ids.assign(n_tokens * k, 0);
+    out.topk_lps.assign(n_tokens * k, kTopkPadLogprob);
+    std::vector<std::string_view> keys;
+    std::vector<Ranked> ranked;
+    size_t row = 0;
+    bool ok = array(4, [&] {
+      if (row >= n_tokens) return false;
+      size_t i = row++;
+      if (is_null()) return ++pos, true;
+      if (peek() != '{') return false;
+      char text[24];
+      int length = std::snprintf(text, sizeof text, "%lld", static_cast<long long>(tokens[i]));
+      std::string_view own_key(text, static_cast<size_t>(length));
+      keys.clear();
+      ranked.clear();
+      bool entry_ok = object(5, [&](std::string_view key, bool escaped) {
+        if (escaped) return false;
+        keys.push_back(key);
+        bool own = key == own_key;
+        if (!own && k == 0) return skip(5);
+        if (is_null()) {
+          pos++;
+          return k == 0;  // a null own value is skipped; with k > 0 a null item is an error
+        }
+        Item it;
+        if (!item(it) || !it.object) return false;
+        if (own) {
+          if (!it.logprob_ok) return false;
+          out.prompt[i] = it.logprob;
+        }
+        if (k == 0) return true;
+        if (key.empty() || key.size() > 10 || !it.rank_ok) return false;
+        int64_t token = 0;
+        for (char c : key) {
+          if (c < '0' || c > '9') return false;
+          token = token * 10 + (c - '0');
+        }
+        if (token > INT32_MAX) return false;
+        if (it.rank < 1 || static_cast<uint64_t>(it.rank) > k) return true;
+        if (!it.logprob_ok) return false;
+        ranked.push_back({it.rank, static_cast<int32_t>(token), it.logprob});
+        return true;
+      });
+      if (!entry_ok) return false;
+      std::sort(keys.begin(), keys.end());
+      if (std::adjacent_find(keys.begin(), keys.end()) != keys.end()) return false;
+      std::stable_sort(ranked.begin(), ranked.end(),
+                       [](const Ranked& a, const Ranked& b) { return a.rank < b.rank; });
+      for (size_t j = 0; j < ranked.size() && j < k; j++) {
+        out.topk_ids[i * k + j] = ranked[j].token;
+        out.topk_lps[i * k + j] = ranked[j].logprob;
+      }
+      return true;
+    });
+    return ok && row == n_tokens;
+  }
+};
+
+}  // namespace nogil
