@@ -104,6 +104,8 @@ def _server(settings: settings_module.Settings, picks: Picks) -> uvicorn.Server:
 
         async def shutdown(self, sockets=None) -> None:
             state = getattr(self.lifespan, "state", {}).get("server")
+            for acceptor in state.acceptors if state is not None else ():
+                acceptor.stop()
             if state is not None:
                 state.poll_hold = 0.0
                 state.store.wake_all()
@@ -112,12 +114,32 @@ def _server(settings: settings_module.Settings, picks: Picks) -> uvicorn.Server:
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
             if self.started:
+                if settings.eager_accept and not settings.baseline:
+                    self._accept_eagerly()
                 tune_runtime(settings, picks.accesslog.name)
                 state = getattr(self.lifespan, "state", {}).get("server")
                 if state is not None:
                     state.gc.count_frozen()  # /healthz reports this count, never re-walks
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 print(f"hotpath-server listening on http://{host}:{port}", flush=True)
+
+        def _accept_eagerly(self) -> None:
+            """An EagerAccept per listening socket, with uvicorn's protocol factory."""
+            from impl.server.accept import EagerAccept
+
+            config = self.config
+            factory = functools.partial(
+                config.http_protocol_class,
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+            )
+            state = self.lifespan.state.get("server")
+            for listener in (sock for server in self.servers for sock in server.sockets or ()):
+                acceptor = EagerAccept(listener, factory, limit=settings.backlog)
+                acceptor.start()
+                if state is not None:
+                    state.acceptors.append(acceptor)
 
     return Server(uvicorn_config(settings, picks))
 

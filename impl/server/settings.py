@@ -84,6 +84,13 @@ class Settings:
         4096,
         "listen backlog = the most connections expected at once (net.core.somaxconn caps it)",
     )
+    eager_accept: bool = _opt(
+        True,
+        "accept every connection waiting in the listen queue each time it is readable (as "
+        "asyncio does), not one per event-loop turn as uvloop's libuv does: under load a turn "
+        "takes ~0.5 s, and a health check's fresh connection waited tens of seconds behind a "
+        "burst of new client connections; --no-eager-accept restores libuv's behaviour",
+    )
     keep_alive: float = _opt(75.0, "seconds an idle client connection is kept open")
     upstream_connections: int = _opt(1024, "most connections the pool opens to the router")
     connect_timeout: float = _opt(60.0, "seconds to get a connection to the router")

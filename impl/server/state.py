@@ -135,6 +135,8 @@ class State:
     poll_hold: float = 0.0
     retry_after: bytes = b"1"
     limits: Limits = field(default_factory=Limits)
+    #: impl.server.accept.EagerAccept per listening socket (set once the server listens)
+    acceptors: list[Any] = field(default_factory=list)
 
     def uptime(self) -> float:
         return time.monotonic() - self.started

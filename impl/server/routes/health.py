@@ -39,6 +39,10 @@ async def healthz(state: ServerState) -> dict[str, Any]:
             **state.forwards.decoding.stats(),
             "body_budget": state.forwards.budget.stats(),
         },
+        "accept": {
+            "eager": bool(state.acceptors),
+            **{k: sum(a.stats()[k] for a in state.acceptors) for k in ("accepted", "bursts")},
+        },
         "event_loop_lag_ms": state.lag.snapshot(),
         "gc": state.gc.snapshot(),
         "uptime_s": round(state.uptime(), 1),
