@@ -203,16 +203,24 @@ def get_json(url: str, timeout: float = 10.0) -> tuple[int, Any]:
 
 
 def probe(url: str, timeout: float = 10.0) -> tuple[int, Any, float]:
-    """GET `url` on a fresh connection: (status, parsed JSON or None, seconds to connect)."""
+    """GET `url` on a fresh connection: (status, parsed JSON or None, seconds to connect).
+
+    A failure after the connection was made carries the connect time as `.connected` on the
+    exception (a probe that connects at once and then waits for its answer is a server that
+    took the connection but did not serve it, not a full listen queue)."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     started = time.perf_counter()
+    connected = None
     try:
         conn.connect()
         connected = time.perf_counter() - started
         conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""))
         response = conn.getresponse()
         body = response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        exc.connected = connected
+        raise
     finally:
         conn.close()
     try:
@@ -278,7 +286,8 @@ class Sampler(threading.Thread):
         self.router_cpu_start = self._cpu(self._router)
         self.peak_rss = self.peak_fds = 0
         self.healthz_latencies: list[float] = []
-        #: per probe: seconds into the window, /healthz latency, of which TCP connect, then
+        #: per probe: seconds into the window, /healthz latency, of which TCP connect (None:
+        #: the connection was never made; set on a failed probe that did connect), then
         #: from the server's answer its worst event-loop lag of the last ~10 s and its worst
         #: recent GC pause (ms)
         self.healthz_timeline: list[tuple[float, float, float | None, Any, Any]] = []
@@ -308,8 +317,8 @@ class Sampler(threading.Thread):
         connected = None
         try:
             status, body, connected = probe(self.url + "/healthz", timeout=10.0)
-        except (OSError, http.client.HTTPException):
-            status, body = 0, None
+        except (OSError, http.client.HTTPException) as exc:
+            status, body, connected = 0, None, getattr(exc, "connected", None)
         latency = time.perf_counter() - started
         self.healthz_latencies.append(latency)
         lag = pause = None
