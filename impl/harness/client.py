@@ -79,6 +79,8 @@ class ClientConfig:
     poll: str = "auto"
     api_key: str = "tml-hotpath-loadtest"
     base_model: str = "hotpath-fake"
+    #: niceness the worker process gives itself (the harness's load yields to the server)
+    nice: int = 0
 
 
 class Failure(Exception):

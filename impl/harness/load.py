@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import queue
 import sys
 import time
@@ -61,6 +62,13 @@ _SCENARIO_FLAGS = {
         "--session-poll/--no-session-poll",
     ),
     "--delay": ("delay", float, "delay mode: seconds before the router answers"),
+    "--load-nice": (
+        "load_nice",
+        int,
+        "niceness of the client workers and the fake router (0..19): on one machine they "
+        "would take the CPU the measured server needs; the /healthz prober and the server keep "
+        "their priority",
+    ),
     "--healthz-interval": (
         "healthz_interval",
         float,
@@ -213,6 +221,7 @@ def client_configs(
             warmup=warmup * max(1, scenario.router_workers),
             verify=verify,
             poll=scenario.poll,
+            nice=scenario.load_nice,
         )
         for w in range(workers)
     ]
@@ -220,6 +229,8 @@ def client_configs(
 
 def _worker_main(config: ClientConfig, client: str, progress: Any, go: Any, results: Any) -> None:
     try:
+        if config.nice:
+            os.nice(config.nice)
         if client == "sdk":
             from impl.harness.sdkclient import run_sdk_worker as runner
         else:
@@ -365,7 +376,9 @@ def run_scenario(
     commands: dict[str, list[str]] = {}
     with procs.stopped_at_exit() as started:
         if url is None:
-            router = procs.start_router([*scenario.router_args(), "--seed", str(seed)])
+            router = procs.start_router(
+                [*scenario.router_args(), "--seed", str(seed)], nice=scenario.load_nice
+            )
             started.append(router)
             router_url = router.url
             extra = scenario.server_args
@@ -458,6 +471,9 @@ def run(args: argparse.Namespace) -> int:
             "--compare and --kill-one-at start their own servers; not with --url", file=sys.stderr
         )
         return 2
+    if not 0 <= scenario.load_nice <= 19:
+        print(f"--load-nice must be 0..19, got {scenario.load_nice}", file=sys.stderr)
+        return 2
     if args.profile:
         try:
             procs.pyspy_executable()
@@ -502,7 +518,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"\nhotpath loadtest --preset {args.preset}: {scenario.num_requests} samples x "
         f"{scenario.num_samples} of {scenario.max_tokens} tokens, {args.client} client, "
-        f"poll {scenario.poll}"
+        f"poll {scenario.poll}, load nice {scenario.load_nice}"
     )
     if len(summaries) == 2:
         print(report.render_compare(*summaries))

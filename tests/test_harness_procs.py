@@ -1,0 +1,67 @@
+"""The harness's processes (impl.harness.procs, load): the /healthz prober says whether a failed
+probe connected; the load generator runs at its own niceness."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from impl.harness import procs
+
+
+def test_a_probe_that_connected_but_got_no_answer_carries_its_connect_time():
+    """A listener that never accepts: the kernel completes the handshake, nothing answers."""
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as listener:
+        port = listener.getsockname()[1]
+        with pytest.raises(OSError) as raised:
+            procs.probe(f"http://127.0.0.1:{port}/healthz", timeout=0.3)
+    assert raised.value.connected is not None and raised.value.connected >= 0
+
+
+def test_a_probe_that_could_not_connect_has_no_connect_time():
+    """Nothing listens on the port: the failure is in connect, `.connected` is None."""
+    port = procs.free_port()
+    with pytest.raises(OSError) as raised:
+        procs.probe(f"http://127.0.0.1:{port}/healthz", timeout=0.3)
+    assert raised.value.connected is None
+
+
+def test_the_router_runs_at_the_load_niceness():
+    """`start_router(nice=N)`: the fake router yields the CPU to the server it feeds."""
+    psutil = pytest.importorskip("psutil")
+    with procs.start_router(["--mode", "instant"], nice=7) as router:
+        assert psutil.Process(router.pid).nice() == 7
+
+
+def test_client_workers_and_queue_presets_carry_the_load_niceness():
+    """The queue presets lower the load's priority; every worker config carries it, and a
+    flag overrides it (0: the server's priority)."""
+    import argparse
+
+    from impl.harness import load, presets
+
+    for name in ("queue-32768", "queue-131072", "queue-131072-all"):
+        assert presets.get(name).load_nice == 10
+    assert presets.get("small-2048").load_nice == 0
+    parser = argparse.ArgumentParser()
+    load.add_arguments(parser)
+    args = parser.parse_args(["--preset", "queue-131072-all", "--load-nice", "3"])
+    scenario = load.scenario_from_args(args)
+    configs = load.client_configs("http://127.0.0.1:1", scenario)
+    assert {config.nice for config in configs} == {3}
+
+
+def test_a_worker_process_lowers_its_own_priority(monkeypatch):
+    """`_worker_main` applies the config's niceness before the client runs."""
+    import queue
+
+    from impl.harness import client, load
+
+    niced: list[int] = []
+    monkeypatch.setattr(load.os, "nice", niced.append)
+    monkeypatch.setattr(client, "run_worker", lambda config, progress, go: {"niced": list(niced)})
+    results: queue.Queue = queue.Queue()
+    config = client.ClientConfig(url="http://127.0.0.1:1", indices=(0, 0, 1), nice=4)
+    load._worker_main(config, "http", None, None, results)
+    assert results.get_nowait() == {"niced": [4]}
