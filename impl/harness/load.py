@@ -65,9 +65,9 @@ _SCENARIO_FLAGS = {
     "--load-nice": (
         "load_nice",
         int,
-        "niceness of the client workers and the fake router (0..19): on one machine they "
-        "would take the CPU the measured server needs; the /healthz prober and the server keep "
-        "their priority",
+        "niceness of the client worker processes (0..19): on one machine they would take the "
+        "CPU the measured server needs; the server, the fake router (the engine the server "
+        "waits on) and the /healthz prober keep their priority",
     ),
     "--healthz-interval": (
         "healthz_interval",
@@ -376,9 +376,7 @@ def run_scenario(
     commands: dict[str, list[str]] = {}
     with procs.stopped_at_exit() as started:
         if url is None:
-            router = procs.start_router(
-                [*scenario.router_args(), "--seed", str(seed)], nice=scenario.load_nice
-            )
+            router = procs.start_router([*scenario.router_args(), "--seed", str(seed)])
             started.append(router)
             router_url = router.url
             extra = scenario.server_args

@@ -45,10 +45,11 @@ class Scenario:
     #: how samples wait: "auto" (client/config decides, as the SDK), "session" (one
     #: retrieve_futures poller per client process) or "request" (one held poll per sample)
     poll: str = "auto"
-    #: niceness of the harness's own load, the client workers and the fake router (0: the
-    #: server's priority). On one 2-core machine they compete with the server they measure
-    #: (in production they run elsewhere): under queue-131072-all the server's event loop
-    #: waited for a CPU 76-86% of the time and /healthz took seconds
+    #: niceness of the client worker processes (0: the server's priority). On one 2-core
+    #: machine they compete with the server they measure (in production they run elsewhere):
+    #: under queue-131072-all the server's event loop waited for a CPU 76-86% of the time and
+    #: /healthz took seconds. The fake router keeps its priority: it stands in for the engine,
+    #: and niced it fell behind accepting the server's 8192 upstream connections (resets)
     load_nice: int = 0
     #: extra `hotpath serve` flags
     server_args: tuple[str, ...] = field(default_factory=tuple)

@@ -141,17 +141,11 @@ def read_ready_line(
     return None
 
 
-def start_router(
-    args: list[str], *, host: str = "127.0.0.1", timeout: float = 30.0, nice: int = 0
-) -> Proc:
-    """`hotpath router --port 0 ARGS`; waits for its ready line (the URL it listens on).
-    `nice` lowers its priority (set before it starts its worker processes, which inherit it)."""
+def start_router(args: list[str], *, host: str = "127.0.0.1", timeout: float = 30.0) -> Proc:
+    """`hotpath router --port 0 ARGS`; waits for its ready line (the URL it listens on)."""
     command = [*ROUTER_COMMAND, "--host", host, "--port", "0", *args]
     output = tempfile.TemporaryFile()  # noqa: SIM115 -- closed by Proc.stop
     process = subprocess.Popen(command, cwd=_ROOT, stdout=subprocess.PIPE, stderr=output, text=True)
-    if nice:
-        with contextlib.suppress(OSError):  # the process may already have failed
-            os.setpriority(os.PRIO_PROCESS, process.pid, nice)
     match = read_ready_line(process, _URL.search, timeout)
     if match:
         return Proc("router", match.group(1), process, output, command)
