@@ -12,7 +12,8 @@ strace: one accept4 per turn, never EAGAIN, while `ss` showed 140-520 connection
 `EagerAccept` watches a duplicate of the listening descriptor (epoll keys on the descriptor, so
 the duplicate is a second watcher beside libuv's) and, each time it is readable, accepts up to
 `limit` connections at once, as asyncio's own selector loop does (`backlog` per wake-up), and
-hands each to the loop with `connect_accepted_socket` and the server's protocol factory.
+opens each one's transport at once with `connect_accepted_socket` and the server's protocol
+factory (its first step runs in the same turn, as libuv's own accept does).
 libuv's own watcher keeps accepting too; whichever comes second gets EAGAIN.
 """
 
@@ -48,7 +49,6 @@ class EagerAccept:
         self._sock = socket.socket(fileno=os.dup(listener.fileno()))
         self._sock.setblocking(False)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task] = set()
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -84,15 +84,24 @@ class EagerAccept:
         self.bursts += taken > 1
 
     def _hand_over(self, conn: socket.socket) -> None:
-        assert self._loop is not None
-        task = self._loop.create_task(self._open(conn))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """Open the connection's transport now, in this turn, as libuv's own accept does.
 
-    async def _open(self, conn: socket.socket) -> None:
+        `connect_accepted_socket` is a coroutine that opens the transport (and schedules
+        `connection_made`) before its first await; run as a task it would start a turn later,
+        and a fresh connection already needs three turns to be answered. So its first step runs
+        here, and the rest (awaiting `connection_made`) when that future is done."""
         assert self._loop is not None
+        coroutine = self._loop.connect_accepted_socket(self.protocol_factory, conn)
+        self._step(coroutine, conn)
+
+    def _step(self, coroutine: Any, conn: socket.socket) -> None:
         try:
-            await self._loop.connect_accepted_socket(self.protocol_factory, conn)
+            waiting = coroutine.send(None)
+        except StopIteration:
+            return  # the connection is open and its protocol has it
         except Exception as exc:  # the peer left first, or no descriptor for the transport
             conn.close()
             log.warning("eager accept: connection not opened: %s", exc)
+            return
+        waiting._asyncio_future_blocking = False  # as asyncio.Task does with what it awaits
+        waiting.add_done_callback(lambda _: self._step(coroutine, conn))
