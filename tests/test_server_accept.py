@@ -12,7 +12,7 @@ import urllib.parse
 
 import pytest
 import uvloop
-from _server import start_server, start_upstream
+from _server import start_server
 
 from impl.server.accept import EagerAccept
 
@@ -87,12 +87,6 @@ def test_stop_leaves_the_listener_open():
         return _Counting.made
 
     assert uvloop.run(scenario()) == 1
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with start_upstream() as process:
-        yield process
 
 
 def _queue_while_stopped(url: str, pid: int, count: int) -> list[bytes]:
