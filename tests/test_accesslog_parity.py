@@ -142,6 +142,34 @@ def test_queue_flush_wakes_the_listener(make_handler):
     assert parse_lines(stream.getvalue()) == [Facts(*case) for case in CASES]
 
 
+def test_queue_pause_stops_the_listener_and_resume_restarts_it(make_handler):
+    """pause() writes what is queued and stops the listener; records handled while paused wait
+    (nothing written) until resume(); flush() while paused writes them on the caller; close()
+    while paused writes them too. pause/resume are idempotent."""
+    stream = io.StringIO()
+    handler = make_handler("queue", stream=stream, interval=0.001, close_timeout=5)
+    handler.handle(access_record("127.0.0.1:9", "GET", "/before", "1.1", 200))
+    handler.pause()
+    handler.pause()
+    assert handler.written == 1 and not handler._thread.is_alive()
+    handler.handle(access_record("127.0.0.1:9", "GET", "/paused", "1.1", 200))
+    time.sleep(0.05)  # many listener intervals: no listener, nothing written
+    assert handler.written == 1 and len(handler.queue) == 1
+    handler.resume()
+    handler.resume()
+    handler.flush()
+    assert [f.path for f in parse_lines(stream.getvalue())] == ["/before", "/paused"]
+    handler.pause()
+    handler.handle(access_record("127.0.0.1:9", "GET", "/flushed", "1.1", 200))
+    handler.flush()
+    assert handler.written == 3 and not handler._thread.is_alive()
+    handler.handle(access_record("127.0.0.1:9", "GET", "/closed", "1.1", 200))
+    handler.close()
+    assert [f.path for f in parse_lines(stream.getvalue())][-2:] == ["/flushed", "/closed"]
+    handler.resume()  # closed: stays closed, no listener
+    assert not handler._thread.is_alive()
+
+
 def test_queue_keeps_a_burst_closed_right_after(make_handler):
     """10,000 records handled, then close() at once: all 10,000 lines, in order."""
     stream = io.StringIO()

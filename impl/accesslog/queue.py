@@ -11,6 +11,10 @@ Why fast: ~0.2 µs per request stays on the loop. Formatting still costs CPU in 
 Lifecycle: `close()` (called by logging.shutdown at exit, by dictConfig when it reconfigures,
 and by our own atexit hook) writes every queued record before returning; `flush()` waits until
 everything queued so far is written. Records handled after close are written directly.
+`pause()` writes what is queued and stops the listener, leaving the handler open (records queue
+up until `resume()`, `flush()` or `close()`): threads do not survive a fork, so pause before one
+and resume in each process after; the instruction count (impl.ci.icount_steps) pauses it so
+nothing runs beside the counted calls.
 SIGTERM: after its graceful shutdown uvicorn re-raises the signal with the handler it found at
 start; with SIG_DFL the process dies at once, skipping atexit. So creating a queue handler on
 the main thread while SIGTERM is SIG_DFL installs a handler that closes every queue handler and
@@ -66,11 +70,15 @@ class QueueAccessHandler(CountsErrors, logging.Handler):
         self._wake = threading.Event()
         self._stopping = False
         self._closed = False
-        self._thread = threading.Thread(target=self._listen, name="accesslog-listener", daemon=True)
-        self._thread.start()
+        self._thread = self._start_listener()
         atexit.register(self.close)
         _LIVE.add(self)
         _flush_on_sigterm()
+
+    def _start_listener(self) -> threading.Thread:
+        thread = threading.Thread(target=self._listen, name="accesslog-listener", daemon=True)
+        thread.start()
+        return thread
 
     def handle(self, record: logging.LogRecord) -> bool:  # type: ignore[override]
         # No handler lock, no formatting, no syscall: deque.append is atomic under the GIL.
@@ -126,13 +134,36 @@ class QueueAccessHandler(CountsErrors, logging.Handler):
             self.written += len(lines) - 1
 
     def flush(self) -> None:
-        """Wait until every record queued before this call is written (and flushed)."""
-        if self._closed or not self._thread.is_alive():
+        """Wait until every record queued before this call is written (and flushed); while
+        paused, write them on the caller."""
+        if self._closed:
+            return
+        if not self._thread.is_alive():
+            with self.lock:  # type: ignore[union-attr]
+                self._drain()
             return
         done = threading.Event()
         self.queue.append(done)
         self._wake.set()
         done.wait(self.close_timeout)
+
+    def pause(self) -> None:
+        """Write everything queued and stop the listener; records handled from now on are
+        queued until `resume()` (or written by `flush()`/`close()`). Idempotent."""
+        with self.lock:  # type: ignore[union-attr]
+            if self._closed or not self._thread.is_alive():
+                return
+            self._stopping = True
+            self._wake.set()
+            self._thread.join(self.close_timeout)
+            self._stopping = False
+            self._wake.clear()
+
+    def resume(self) -> None:
+        """Start a listener again after `pause()` (also in a forked child). Idempotent."""
+        with self.lock:  # type: ignore[union-attr]
+            if not self._closed and not self._thread.is_alive():
+                self._thread = self._start_listener()
 
     def close(self) -> None:
         """Write everything queued, stop the listener; idempotent."""

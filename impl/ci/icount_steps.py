@@ -16,9 +16,9 @@ Steps (the picked implementation of each family, as the server would pick it her
   262,144 generated tokens (~20 MB) and of 128 tokens.
 - `encode-262k`: the picked encoder on a 262,144-token completion.
 - `accesslog-record`: one uvicorn access record through `logger.info` and the picked handler
-  (into os.devnull). A queue handler's listener thread is stopped before the forks (it would
-  not survive them anyway), so this is the cost on the logging thread only, as the time
-  benchmark's thread CPU time is.
+  (into os.devnull), with `logging`'s clock frozen (`FrozenClock` says why). A queue handler's
+  listener thread is paused before the forks (it would not survive them anyway), so this is
+  the cost on the logging thread only, as the time benchmark's thread CPU time is.
 - `asample`, `retrieve-try-again`: the production app's hot routes, driven in-process over
   ASGI (no socket) with the forward stubbed, as `impl.bench._server_apps` runs it: a new
   sample's route, and a poll of a pending sample answered try_again (no poll hold). The app's
@@ -32,7 +32,6 @@ import gc
 import json
 import os
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +67,33 @@ def encode_step() -> Call:
     return lambda: encoder.encode(completion)
 
 
+#: the wall clock the access-log step's records read (2025-12-01 00:00:00.500 UTC), see below
+FROZEN_CLOCK = 1_764_547_200.5
+
+
+class FrozenClock:
+    """`logging`'s view of the `time` module with `time()` fixed at FROZEN_CLOCK.
+
+    A LogRecord stores `int(milliseconds)` of its wall-clock time, and CPython caches the ints
+    below 257 instead of allocating them: with a real clock a record's cost depends on which
+    millisecond it falls in (~90 instructions), and a formatter that caches per second pays a
+    strftime at each new second, so counts wandered up to 0.22% between processes. A fixed
+    time at .500 s counts the common case (allocated, ~74% of real records); `functools.partial
+    (float, t)` is a C call like `time.time()`, so the count changes only by the clock read
+    itself (a few dozen instructions, the same in every process).
+    """
+
+    def __init__(self) -> None:
+        import functools
+
+        self.time = functools.partial(float, FROZEN_CLOCK)
+
+    def __getattr__(self, name: str) -> Any:
+        import time
+
+        return getattr(time, name)
+
+
 def accesslog_step() -> Call:
     import logging
 
@@ -79,23 +105,21 @@ def accesslog_step() -> Call:
     logger = logging.Logger(ACCESS_LOGGER)
     handler = registry.create("accesslog", picked("accesslog"), stream=devnull)
     logger.addHandler(handler)
+    logging.time = FrozenClock()  # type: ignore[attr-defined]  # this process only
 
     def call() -> None:
         logger.info(ACCESS_MESSAGE, *facts)
 
     def settle() -> None:
-        """Write what the warm calls queued and stop a listener thread (`queue`), keeping the
-        handler open: the measured child has no listener either (threads do not survive a
-        fork), and one waking every 10 ms here would leave this process's heap in a state that
-        depends on when the fork happened (measured: 0.13% spread over 8 processes, 0.01%
-        without a thread)."""
+        """Write what the warm calls queued and pause a listener thread (`queue`): the measured
+        child has no listener either (threads do not survive a fork), and one waking every
+        10 ms here would leave this process's heap depending on when the fork happened. So
+        this is the cost on the logging thread only, as the time benchmark's thread CPU time
+        is; records the calls queue stay queued."""
         handler.flush()
-        listener = getattr(handler, "_thread", None)
-        if isinstance(listener, threading.Thread) and hasattr(handler, "_stopping"):
-            handler._stopping = True
-            handler._wake.set()
-            listener.join()
-            handler._stopping = False  # appends go on to the queue, as with a listener
+        pause = getattr(handler, "pause", None)
+        if pause is not None:
+            pause()
 
     call.settle = settle  # type: ignore[attr-defined]
     return call
