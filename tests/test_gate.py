@@ -103,3 +103,15 @@ def test_gated_benchmarks_exist():
                 assert tuple(params) in set(itertools.product(*cls.params)), (name, params)
     finally:
         sys.path.remove(str(gate.ROOT))
+
+
+def test_only_selects_one_family(capsys):
+    """`--only decode --list`: the decode benchmark and the decode counts, nothing else; a
+    family with nothing gated exits 2 saying so."""
+    assert gate.main(["--only", "decode", "--list"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("^")]
+    assert listed and all("decode" in line for line in listed)
+    assert any("time_decode" in line for line in listed)
+    assert any("track_instructions" in line for line in listed)
+    assert gate.main(["--only", "nosuchfamily", "--list"]) == 2
+    assert "nothing gated" in capsys.readouterr().err

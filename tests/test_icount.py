@@ -220,3 +220,44 @@ def test_gate_passes_an_accepted_rise(counted_gate, capsys):
     out = capsys.readouterr().out
     assert "accepted by commit message: track_value" in out
     assert re.search(r"track_value .*1\.0600 \| accepted", out), out
+
+
+def test_cache_reads_back_the_same_key_only(tmp_path, monkeypatch):
+    """HOTPATH_ICOUNT_CACHE: the first count of a key is made and written, a second is read back;
+    another step is counted; without the variable every call counts."""
+    made = []
+    monkeypatch.setattr(icount, "count", lambda step: made.append(step) or 1000 + len(made))
+    monkeypatch.setenv("HOTPATH_ICOUNT_CACHE", str(tmp_path))
+    assert icount.cached_count("decode-128") == 1001
+    assert icount.cached_count("decode-128") == 1001 and made == ["decode-128"]
+    assert icount.cached_count("asample") == 1002 and made == ["decode-128", "asample"]
+    monkeypatch.delenv("HOTPATH_ICOUNT_CACHE")
+    assert icount.cached_count("decode-128") == 1003
+
+
+def test_cache_key_follows_the_code_and_the_pick(monkeypatch):
+    """The key changes with the step, with a file of the counted `impl` package, and with the
+    implementation picked; it is stable otherwise."""
+    import impl
+
+    key = icount.cache_key("decode-128")
+    assert icount.cache_key("decode-128") == key != icount.cache_key("decode-262k")
+    monkeypatch.setenv("HOTPATH_DECODE", "json")
+    picked_json = icount.cache_key("decode-128")
+    monkeypatch.delenv("HOTPATH_DECODE")
+    read_bytes = icount.Path.read_bytes
+    target = icount.Path(impl.__file__).resolve()
+
+    def edited(path):
+        return read_bytes(path) + (b"# edited" if path == target else b"")
+
+    monkeypatch.setattr(icount.Path, "read_bytes", edited)
+    assert len({key, picked_json, icount.cache_key("decode-128")}) == 3
+
+
+def test_only_gates_one_family():
+    """`--only decode`: the decode steps; `server`: the routes; None: every step."""
+    steps = {p[0] for _, p in gate_icount.gated({"decode"})}
+    assert steps == {"decode-262k", "decode-128"}
+    assert {p[0] for _, p in gate_icount.gated({"server"})} == {"asample", "retrieve-try-again"}
+    assert len(gate_icount.gated()) == len(icount_steps.STEPS)

@@ -32,6 +32,7 @@ Then the instruction-count stage (`impl.ci.gate_icount`): the CPU-bound steps co
 Valgrind in fresh processes on both commits, failing at a rise of 1.05x (`--icount-factor`);
 the timers above stay for what counting cannot see (system calls, waiting, contention). A line
 `Gate-accept: NAME` in a commit message of BASE..HEAD accepts an intended rise of NAME.
+`--only decode` gates one family's benchmarks and counts only (`make gate-demo` does).
 Exit 0: pass (also for a first commit); 1: a slowdown or a failure; 2: the gate could not run.
 """
 
@@ -255,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--base", help="commit to compare against (default: HEAD's parent)")
     parser.add_argument("--head", default="HEAD", help="commit under test (default: HEAD)")
+    parser.add_argument(
+        "--only",
+        metavar="FAMILY[,FAMILY]",
+        help="gate only these families' benchmarks and instruction-count steps, e.g. decode "
+        "(bench_decode, decode-*); families: decode, encode, pool, accesslog, endtoend, server",
+    )
     parser.add_argument("--list", action="store_true", help="print the asv -b regexes and stop")
     parser.add_argument(
         "--compare-only", action="store_true", help="compare stored results, run nothing"
@@ -273,9 +280,17 @@ def gate(args: argparse.Namespace) -> int:
     """The gate proper (see the module docstring); its exit status."""
 
     picks = {family: picked(family) for family in registry.families()}
-    benchmarks = gated(picks)
+    only = set(args.only.split(",")) if args.only else None
+    benchmarks = [
+        (name, params)
+        for name, params in gated(picks)
+        if only is None or name.removeprefix("bench_").split(".")[0] in only
+    ]
     regexes = [regex(name, params) for name, params in benchmarks]
-    counted = [regex(name, params) for name, params in gate_icount.gated()]
+    counted = [regex(name, params) for name, params in gate_icount.gated(only)]
+    if not benchmarks and not counted:
+        print(f"gate: --only {args.only}: nothing gated (see --help)", file=sys.stderr)
+        return 2
     no_valgrind = gate_icount.skipped_reason()
     print("gate: picks " + ", ".join(f"{k}={v}" for k, v in picks.items()), flush=True)
     if args.list:
@@ -306,7 +321,7 @@ def gate(args: argparse.Namespace) -> int:
         stages = [(timed, ["-a", f"rounds={ROUNDS}"]), (tracked, [])]
         if no_valgrind is None:  # instruction counts: one fresh process per step and commit
             stages.append((counted, []))
-        for patterns, extra in stages:
+        for patterns, extra in [(p, e) for p, e in stages if p]:  # asv runs all for none
             if not run_rounds(patterns, extra, hashes):
                 return 2
     worse, on_base, on_head = compare(base, head, benchmarks, args.factor)
@@ -361,7 +376,7 @@ def gate(args: argparse.Namespace) -> int:
         print(f"\ngate: instruction counts skipped: {no_valgrind}")
         counts: dict[str, dict[str, Any]] = {}
     else:
-        counts = gate_icount.values(base, head, gated_results)
+        counts = gate_icount.values(base, head, gated_results, only)
     risen = gate_icount.compare(counts, args.icount_factor, accepted) if counts else set()
     names = [name for name, _ in benchmarks]
     not_on_base = [name for name in names if name not in on_base]

@@ -14,12 +14,23 @@ commits on top of it:
   proportional to the body, like a real regression), so a decode costs ~F times as much; the
   demo times it directly too, and the gate's instruction-count stage measures it.
 
-Each case runs the real gate (`python -m impl.ci.gate --base <snapshot> --head <case>`, in
-the throwaway repository) `--runs` times, cases alternating, and a table prints the gate's exit
-status, the decode ratios it measured (CPU time, and instructions of the 262k decode), whether
-its verdict was the expected one, and its wall time. Exit 0 only when every verdict was
-correct. Gate logs: `.asv/gate-demo/logs/`. Nothing
-here touches this repository's git state or its `.asv/results`.
+Each case runs the real gate (`python -m impl.ci.gate --base <snapshot> --head <case>
+--only decode`, in the throwaway repository) `--runs` times, cases alternating, and a table
+prints the gate's exit status, the decode ratios it measured (CPU time, and instructions of the
+262k decode), whether its verdict was the expected one, and its wall time. Exit 0 only when
+every verdict was correct. Gate logs: `.asv/gate-demo/logs/`. Nothing here touches this
+repository's git state or its `.asv/results`.
+
+What the demo gates, to stay practical (one run of the three cases took 51 min with the whole
+gate): only what the changed module can affect, the decode family, i.e. `time_decode` (CPU
+time, 4 interleaved rounds per commit, confirmed as in the full gate) and the `decode-262k` and
+`decode-128` instruction counts; `--all-benchmarks` gates the whole subset as `make gate` does.
+Every gate run measures the base again, interleaved with its head, since that is what makes
+the timers' comparison fair under changing load. Instruction counts are read from a cache
+(`impl.ci.icount`, HOTPATH_ICOUNT_CACHE=.asv/gate-demo/icount-cache) keyed by the code and the
+environment counted: a count does not vary between processes, so the base is counted once and
+each case commit once per invocation, and later runs reuse them (`--no-icount-cache`: count
+afresh in every gate run). The timers' verdicts are measured anew in every run.
 
 `--timers N` instead runs N fresh processes (like asv's rounds) that each time the gated decode
 5 times by wall clock and CPU time at once, with a fresh decoder per call (the old benchmark)
@@ -238,11 +249,15 @@ def timers(processes: int) -> None:
         print(f"| {key} | {shown} | {values[-1] / values[0]:.2f} |")
 
 
-def run_gate(repo: Path, base: str, head: str, log: Path, summary: Path) -> tuple[int, float]:
-    """The real gate in `repo` (its own code and asv files); exit status and wall seconds."""
-    command = [sys.executable, "-m", "impl.ci.gate", "--base", base, "--head", head]
+def run_gate(
+    repo: Path, base: str, head: str, log: Path, summary: Path, options: list[str], cache: str
+) -> tuple[int, float]:
+    """The real gate in `repo` (its own code and asv files) with `options` (e.g. --only decode)
+    and the instruction-count cache `cache` ("" for none); exit status and wall seconds."""
+    command = [sys.executable, "-m", "impl.ci.gate", "--base", base, "--head", head, *options]
     # `-m` puts the cwd (the throwaway repository) first on sys.path: its impl, its asv files
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["HOTPATH_ICOUNT_CACHE"] = cache
     start = time.monotonic()
     with log.open("w") as out:
         status = subprocess.run(
@@ -271,6 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="default .asv/gate-demo")
     parser.add_argument(
+        "--all-benchmarks",
+        action="store_true",
+        help="gate the whole gate subset (as make gate does), not only the decode family",
+    )
+    parser.add_argument(
+        "--no-icount-cache",
+        action="store_true",
+        help="count instructions afresh in every gate run (default: reuse a count of the same "
+        "code and environment, under WORKDIR/icount-cache)",
+    )
+    parser.add_argument(
         "--timers",
         type=int,
         metavar="N",
@@ -293,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     if repo == ROOT or repo in ROOT.parents:
         parser.error("--workdir must not hold this repository")
 
+    options = [] if args.all_benchmarks else ["--only", "decode"]
+    cache = "" if args.no_icount_cache else str(args.workdir.resolve() / "icount-cache")
     picked = gate.picked("decode")
     module = decoder_module(picked)
     base = snapshot(repo)
@@ -301,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gate-demo: repository {repo}, base {base[:8]} (snapshot of {ROOT})")
     shown = ", ".join(f"{case} {commit[:8]}" for case, commit in commits.items())
     print(f"gate-demo: picked decoder {picked} ({module}); commits {shown}")
+    gated = "the whole gate subset" if args.all_benchmarks else "the decode family (--only decode)"
+    reuse = "counted afresh" if not cache else f"cached in {cache}"
+    print(f"gate-demo: each gate run gates {gated}; instruction counts {reuse}")
     for case in [c for c in made if c != "unchanged"]:
         ratio, seconds = direct_ratio(repo, picked, module, case)
         print(
@@ -314,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = logs / f"{case}-{run}.json"
             summary.unlink(missing_ok=True)
             print(f"gate-demo: run {run}, {case}: gate running (log {log})", flush=True)
-            status, wall = run_gate(repo, base, commits[case], log, summary)
+            status, wall = run_gate(repo, base, commits[case], log, summary, options, cache)
             written = json.loads(summary.read_text()) if summary.exists() else {}
             values = written.get("benchmarks", {})
             decode = values.get(DECODE, {})

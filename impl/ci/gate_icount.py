@@ -32,9 +32,15 @@ HOW_TO_ACCEPT = (
 )
 
 
-def gated() -> list[tuple[str, tuple[Any, ...]]]:
-    """The stage's benchmarks: (asv name, parameter values), one per step."""
-    return [(BENCHMARK, (step,)) for step in STEPS]
+def family_of(step: str) -> str:
+    """The family a step measures (`decode-262k` -> decode); the server's routes: `server`."""
+    head = step.split("-")[0]
+    return head if head in ("decode", "encode", "accesslog") else "server"
+
+
+def gated(families: set[str] | None = None) -> list[tuple[str, tuple[Any, ...]]]:
+    """The stage's benchmarks: (asv name, parameter values), one per step (of `families`)."""
+    return [(BENCHMARK, (s,)) for s in STEPS if families is None or family_of(s) in families]
 
 
 def label(name: str, params: tuple[Any, ...] | None) -> str:
@@ -86,11 +92,13 @@ def compare(values: dict[str, dict[str, Any]], factor: float, accepted: list[str
     return failed
 
 
-def values(base: str, head: str, results: Callable[..., Any]) -> dict[str, dict[str, Any]]:
+def values(
+    base: str, head: str, results: Callable[..., Any], families: set[str] | None = None
+) -> dict[str, dict[str, Any]]:
     """Per step (by label): its count on base and on HEAD and HEAD / base. `results` is
     `impl.ci.gate.gated_results` (asv's stored rows of one commit, cut to given combinations)."""
     table: dict[str, dict[str, Any]] = {}
-    for name, params in gated():
+    for name, params in gated(families):
         step = params[0] if params else name.rsplit(".", 1)[-1]
         row: dict[str, Any] = {"step": step, "params": params, "base": None, "head": None}
         row["ratio"] = None

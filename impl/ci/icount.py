@@ -18,11 +18,20 @@ one count takes ~10-60 s here, most of it the imports.
 
 prints each step's counts and their spread (max / min). Where Valgrind is not installed (Debian:
 `apt-get install -y valgrind`), `unavailable_reason()` says so and the asv tracks are n/a.
+
+Cache (opt-in: `HOTPATH_ICOUNT_CACHE=DIR`, set by `make gate-demo`): a count is kept under a key
+of everything it depends on (the step, the bytes of every file of the `impl` package counted,
+the interpreter, the installed distributions' versions, the implementations picked, the fixed
+environment and Valgrind's version), and a later count of the same key reads it back instead of
+counting again. Sound only because a count does not vary between processes (README: the
+regression gate, 8 processes per step); the command above never reads the cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -56,6 +65,40 @@ def summary(path: Path) -> int:
     if match is None:
         raise RuntimeError(f"{path}: no summary line (did the process exit normally?)")
     return int(match.group(1))
+
+
+def cache_key(step: str) -> str:
+    """What a count of `step` in this interpreter depends on, hashed (see the module docstring)."""
+    import impl
+    from impl import pick
+
+    digest = hashlib.sha256()
+    package = Path(impl.__file__).resolve().parent
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    installed = importlib.metadata.distributions()
+    versions = sorted(f"{d.metadata['Name']}=={d.version}" for d in installed)
+    valgrind = subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout
+    picks = {family: pick.pick(family).name for family in ("decode", "encode", "accesslog")}
+    facts = [step, sys.version, sys.platform, versions, picks, FIXED_ENV, valgrind.strip()]
+    digest.update(json.dumps(facts, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def cached_count(step: str) -> int:
+    """`count(step)`, read from the cache under HOTPATH_ICOUNT_CACHE when it holds this key
+    (and written there after counting); a plain `count` when the variable is unset."""
+    directory = os.environ.get("HOTPATH_ICOUNT_CACHE")
+    if not directory:
+        return count(step)
+    path = Path(directory) / f"{step}-{cache_key(step)[:32]}.json"
+    if path.is_file():
+        return int(json.loads(path.read_text())["instructions"])
+    instructions = count(step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"step": step, "instructions": instructions}) + "\n")
+    return instructions
 
 
 def count(step: str, python: str = sys.executable) -> int:
