@@ -197,7 +197,7 @@ def counted_gate(counted_project, monkeypatch):
     monkeypatch.setattr(gate, "MACHINE", "tiny-icount")
     monkeypatch.setattr(gate, "gated", lambda picks: [])
     monkeypatch.setattr(gate, "picked", lambda family: "any")
-    monkeypatch.setattr(gate_icount, "gated", lambda: [(tiny.BENCH, None)])
+    monkeypatch.setattr(gate_icount, "gated", lambda families=None: [(tiny.BENCH, None)])
     monkeypatch.setattr(gate_icount, "skipped_reason", lambda: None)
     return gate, commits
 
@@ -261,3 +261,18 @@ def test_only_gates_one_family():
     assert steps == {"decode-262k", "decode-128"}
     assert {p[0] for _, p in gate_icount.gated({"server"})} == {"asample", "retrieve-try-again"}
     assert len(gate_icount.gated()) == len(icount_steps.STEPS)
+
+
+def test_server_step_freezes_only_what_it_says():
+    """The route step: the loop's clock stands still, so no timer is due (none comes due
+    during the calls), and os.urandom (zeroed while the app was built) is restored."""
+    import asyncio
+    import os
+
+    urandom = os.urandom
+    call = icount_steps.STEPS["retrieve-try-again"]()
+    call()
+    loop = asyncio.get_event_loop()
+    assert os.urandom is urandom
+    assert loop.time() == loop.time()
+    assert not [t for t in loop._scheduled if not t.cancelled() and t.when() <= loop.time()]

@@ -104,13 +104,14 @@ def fastapi_app() -> Any:
     return app
 
 
-def hotpath_app(metrics: bool = True) -> Any:
+def hotpath_app(metrics: bool = True, **settings_: Any) -> Any:
     from impl.server.app import create_app
     from impl.server.settings import Settings
 
     settings = Settings(
         router_url="http://127.0.0.1:9", poll_hold=0.0, max_outstanding=1 << 30,
         accesslog="null", calibrate=False, log_level="warning", metrics=metrics,
+        **settings_,
     )  # fmt: skip
     app = create_app(settings)
     started = app.router.lifespan_context
