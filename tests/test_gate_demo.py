@@ -76,3 +76,16 @@ def test_snapshot_and_cases(source, tmp_path):
     assert tiny.git(source, "branch", "--format=%(refname:short)") == "main"
     status = [line.strip() for line in tiny.git(source, "status", "--porcelain").splitlines()]
     assert status == ["D gone.txt", "M pkg/mod.py", "?? new.txt"]
+
+
+def test_snapshot_brings_built_extensions_uncommitted(source, tmp_path):
+    """Ignored built extensions under impl/ are copied beside the snapshot (the gate process
+    there must pick what this tree picks) but never committed; other ignored files stay out."""
+    (source / ".gitignore").write_text("ignored.txt\n*.so\n")
+    (source / "impl" / "decode").mkdir(parents=True)
+    (source / "impl" / "decode" / "_fast.so").write_bytes(b"\x7fELF")
+    repo = tmp_path / "demo" / "repo"
+    gate_demo.snapshot(repo)
+    assert (repo / "impl" / "decode" / "_fast.so").read_bytes() == b"\x7fELF"
+    assert "impl/decode/_fast.so" not in tiny.git(repo, "ls-files")
+    assert not (repo / "ignored.txt").exists()

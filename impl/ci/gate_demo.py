@@ -155,6 +155,13 @@ def snapshot(repo: Path) -> str:
         if not target.is_file() or target.read_bytes() != source.read_bytes():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
+    # Built extensions are ignored, never committed (asv builds its own), but the gate process
+    # runs in `repo` and picks from its impl: without them it would gate another decoder than
+    # the one patched (simdjson instead of simdjson_nogil).
+    built = git(ROOT, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "impl/*.so")
+    for name in filter(None, built.split("\0")):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, repo / name)
     git(repo, "add", "-A")
     if git(repo, "status", "--porcelain") or not git(repo, "rev-list", "-n1", "--all"):
         git(repo, "commit", "-q", "--allow-empty", "-m", "gate demo: snapshot of the working tree")
@@ -324,6 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     picked = gate.picked("decode")
     module = decoder_module(picked)
     base = snapshot(repo)
+    there = subprocess.run(
+        [sys.executable, "-c", "from impl.ci import gate; print(gate.picked('decode'))"],
+        cwd=repo, capture_output=True, text=True,
+    )  # fmt: skip
+    if there.stdout.strip() != picked:
+        raise SystemExit(
+            f"gate-demo: the gate in {repo} would pick decoder {there.stdout.strip() or '?'}, "
+            f"not {picked}, so it would not gate the patched one\n{there.stderr[-2000:]}"
+        )
     made = sorted(set(cases) | {"slow", "unchanged"})
     commits = {c: case_commit(repo, base, module, c, patch_for(c, args.slowdown)) for c in made}
     print(f"gate-demo: repository {repo}, base {base[:8]} (snapshot of {ROOT})")
