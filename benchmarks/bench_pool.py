@@ -16,9 +16,14 @@ spent minutes per burst of 4096 here, and asv repeats a sample up to 5 times), s
 keeps the wall seconds of every burst in its `setup_cache` directory, and `setup` raises
 NotImplementedError (n/a) for a count whose burst `impl.bench.pool.predict` scales, from that
 implementation's smaller counts, beyond the class's budget (FORWARD_BUDGET_SECONDS per burst
-of `Forward`, `impl.bench.pool.BUDGET_SECONDS` per fresh-process burst of `ClientCPU`). asv
-runs a class's parameter combinations in order, smallest count first; a combination selected
-alone (the gate's) has no smaller count measured and always runs.
+of `Forward`, CLIENT_BUDGET_SECONDS per fresh-process burst of `ClientCPU`). asv runs a
+class's parameter combinations in order, smallest count first; a combination selected alone
+(the gate's) has no smaller count measured and always runs. The budgets are tighter than
+`hotpath bench`'s (20 s, `--full` 200 s), whose pool table is where the long bursts are
+measured: they keep `make asv` on one commit within its 10-minute budget (README: Benchmarks).
+Both classes run one round (`rounds = 1`, one process per combination): a burst re-runs its
+router and warm-up in `setup` before every sample, so a second round doubles the cost; the
+gate passes its own `-a rounds=4` for the one `Forward` combination it times.
 """
 
 from __future__ import annotations
@@ -36,8 +41,11 @@ FAMILY = "pool"
 NAMES = list(registry.names(FAMILY))
 
 
-#: wall seconds one warm `Forward` burst may be predicted to take (asv samples it up to 5 times)
-FORWARD_BUDGET_SECONDS = 5.0
+#: wall seconds one warm `Forward` burst may be predicted to take (each sample re-runs setup,
+#: which bursts once more to open the connections, so a sample costs two bursts and a router)
+FORWARD_BUDGET_SECONDS = 2.0
+#: wall seconds one fresh-process `ClientCPU` burst may be predicted to take
+CLIENT_BUDGET_SECONDS = 5.0
 
 
 def _unavailable(implementation: str) -> None:
@@ -74,7 +82,8 @@ class Forward:
     params = (NAMES, [256, 1024, 4096])
     param_names = ("implementation", "in_flight")
     number = 1
-    repeat = (1, 5, 60.0)
+    repeat = (1, 5, 20.0)
+    rounds = 1
     warmup_time = 0.0
     timeout = 3600
 
@@ -124,6 +133,7 @@ class ClientCPU:
 
     params = (NAMES, [256, 1024, 4096, 8192])
     param_names = ("implementation", "in_flight")
+    rounds = 1
     timeout = 3600
 
     def setup_cache(self):
@@ -132,7 +142,7 @@ class ClientCPU:
 
     def setup(self, cache, implementation, in_flight):
         _unavailable(implementation)
-        check_budget(cache, implementation, in_flight, bench.BUDGET_SECONDS)
+        check_budget(cache, implementation, in_flight, CLIENT_BUDGET_SECONDS)
 
     def _measure(self, cache, implementation, in_flight):
         path = Path(cache, f"{implementation}-{in_flight}.json")

@@ -82,3 +82,27 @@ def test_gated_instruction_counts_exist():
     for name, params in gate_icount.gated():
         benchmark = asv_benchmark(name, params)
         assert benchmark.unit == "instructions"
+
+
+def test_uvicorn_server_tracks_share_one_server_run(tmp_path, monkeypatch):
+    """Both UvicornServer tracks read one run per handler; a run that lost lines fails both."""
+    from benchmarks import bench_accesslog
+
+    runs = []
+
+    def fake_server_cost(name, n):
+        runs.append((name, n))
+        complete = name != "rich"
+        return {"total_us": 30.0, "loop_us": 20.0, "lines": n, "complete": complete}
+
+    monkeypatch.setattr(bench_accesslog, "server_cost", fake_server_cost)
+    suite, cache = bench_accesslog.UvicornServer(), str(tmp_path)
+    suite.setup(cache, "plain")
+    assert suite.track_loop_cpu_us_per_request(cache, "plain") == 20.0
+    assert suite.track_process_cpu_us_per_request(cache, "plain") == 30.0
+    assert runs == [("plain", 5000)]
+    suite.setup(cache, "rich")
+    for track in (suite.track_loop_cpu_us_per_request, suite.track_process_cpu_us_per_request):
+        with pytest.raises(RuntimeError, match="rich: 1000 lines, not all were logged"):
+            track(cache, "rich")
+    assert runs[1:] == [("rich", 1000)] * 2  # a failed run is not kept: the next track retries
