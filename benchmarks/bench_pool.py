@@ -57,9 +57,10 @@ def _unavailable(implementation: str) -> None:
 def _walls(cache: str, implementation: str) -> dict[int, float]:
     """Wall seconds of the bursts of `implementation` recorded in `cache`, by count."""
     walls = {}
-    for path in Path(cache).glob(f"{implementation}-*.json"):
-        count = path.stem.rsplit("-", 1)[1]
-        if count.isdigit():
+    for path in Path(cache).glob("*-*.json"):
+        # by exact name: a pattern "httpx-*" would also read httpx-aiohttp's bursts
+        name, count = path.stem.rsplit("-", 1)
+        if name == implementation and count.isdigit():
             walls[int(count)] = json.loads(path.read_text())["wall_seconds"]
     return walls
 

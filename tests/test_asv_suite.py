@@ -65,6 +65,18 @@ def test_pool_budget_uses_the_measured_growth(tmp_path):
         bench_pool.check_budget(str(tmp_path), "aiohttp", 4096, 7.5)
 
 
+def test_pool_budget_reads_only_its_own_bursts(tmp_path):
+    """httpx's budget ignores httpx-aiohttp's bursts (whose file names start with "httpx-")."""
+    (tmp_path / "httpx-256.json").write_text(json.dumps({"wall_seconds": 3.0}))
+    for count in (256, 1024):
+        (tmp_path / f"httpx-aiohttp-{count}.json").write_text(json.dumps({"wall_seconds": 0.2}))
+    with pytest.raises(NotImplementedError, match=r"httpx: a burst of 1024 .* 48 s"):
+        bench_pool.check_budget(str(tmp_path), "httpx", 1024, 5.0)
+    with pytest.raises(NotImplementedError, match=r"httpx: a burst of 4096 .* 768 s"):
+        bench_pool.check_budget(str(tmp_path), "httpx", 4096, 5.0)
+    bench_pool.check_budget(str(tmp_path), "httpx-aiohttp", 4096, 5.0)  # 0.8 s predicted: runs
+
+
 def test_instruction_counts_are_na_without_valgrind(monkeypatch):
     """Without Valgrind every instruction-count track is n/a (setup), with the install hint."""
     from impl.ci import gate_icount, icount
