@@ -104,18 +104,23 @@ class Forward:
             self.time_forward(cache, implementation, in_flight)  # opens the N connections
             wall = time.perf_counter() - started
         except BaseException:
-            self.teardown(cache, implementation, in_flight)  # asv skips teardown when setup fails
+            self.teardown(cache, implementation, in_flight)
             raise
         record = Path(cache, f"{implementation}-{in_flight}.json")
         if not record.exists():
             record.write_text(json.dumps({"wall_seconds": wall}))
 
     def teardown(self, cache, implementation, in_flight):
+        router = self.__dict__.pop("router", None)
+        if router is None:  # setup was n/a before starting anything; asv calls teardown anyway
+            return
         try:
-            self.loop.run_until_complete(self.forwarder.aclose())
+            forwarder = self.__dict__.pop("forwarder", None)
+            if forwarder is not None:
+                self.loop.run_until_complete(forwarder.aclose())
             self.loop.close()
         finally:
-            self.router.stop()
+            router.stop()
 
     async def _burst(self, in_flight):
         post = self.forwarder.post

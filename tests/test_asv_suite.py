@@ -77,6 +77,15 @@ def test_pool_budget_reads_only_its_own_bursts(tmp_path):
     bench_pool.check_budget(str(tmp_path), "httpx-aiohttp", 4096, 5.0)  # 0.8 s predicted: runs
 
 
+def test_forward_over_budget_is_na_and_its_teardown_passes(tmp_path):
+    """asv calls teardown after an n/a setup too: it must not fail (that made the cell failed)."""
+    (tmp_path / "httpx-256.json").write_text(json.dumps({"wall_seconds": 1.0}))
+    suite = bench_pool.Forward()
+    with pytest.raises(NotImplementedError, match="over the 2 s budget"):
+        suite.setup(str(tmp_path), "httpx", 1024)
+    suite.teardown(str(tmp_path), "httpx", 1024)
+
+
 def test_instruction_counts_are_na_without_valgrind(monkeypatch):
     """Without Valgrind every instruction-count track is n/a (setup), with the install hint."""
     from impl.ci import gate_icount, icount
