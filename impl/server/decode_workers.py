@@ -60,6 +60,46 @@ def socket_pair() -> tuple[socket.socket, socket.socket]:
     return ours, theirs
 
 
+async def start_worker(
+    command: list[str], ready: bytes, what: str
+) -> tuple[asyncio.subprocess.Process, asyncio.StreamReader, asyncio.StreamWriter]:
+    """Start `command` with one end of a Unix socket pair as its stdin and stdout and wait (60 s
+    at most) for its `ready` line; RuntimeError, the process reaped, when it never says it."""
+    ours, theirs = socket_pair()
+    try:
+        process = await asyncio.create_subprocess_exec(*command, stdin=theirs, stdout=theirs)
+    finally:
+        theirs.close()  # the child has its copy; EOF reaches it when ours closes
+    reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_READ_LIMIT)
+    try:
+        line = await asyncio.wait_for(reader.readline(), 60)
+    except (TimeoutError, ConnectionError):
+        line = b""
+    if line != ready:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        writer.close()
+        await process.wait()
+        raise RuntimeError(
+            f"{what} {' '.join(command)} did not start (exit status "
+            f"{process.returncode}; its error output is above)"
+        )
+    return process, reader, writer
+
+
+async def wait_or_kill(process: asyncio.subprocess.Process, seconds: float) -> str:
+    """Wait `seconds` for `process` to exit, then kill it; how it ended, in words."""
+    try:
+        code = await asyncio.wait_for(process.wait(), seconds)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        code = await process.wait()
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
+
+
 class WorkerDied(Exception):
     """The worker process exited (or its pipes broke) while it held a job."""
 
@@ -135,29 +175,8 @@ class Processes(Inline):
         await asyncio.gather(*(self._spawn() for _ in range(self.workers)))
 
     async def _spawn(self) -> None:
-        ours, theirs = socket_pair()
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *self.command, stdin=theirs, stdout=theirs
-            )
-        finally:
-            theirs.close()  # the child has its copy; EOF reaches it when ours closes
-        reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_READ_LIMIT)
-        worker = _Worker(process, reader, writer)
+        worker = _Worker(*await start_worker(self.command, _READY, "decode worker"))
         self.alive[worker.pid] = worker
-        try:
-            line = await asyncio.wait_for(reader.readline(), 60)
-        except (TimeoutError, ConnectionError):
-            line = b""
-        if line != _READY:
-            worker.kill()
-            worker.close()
-            await process.wait()
-            self.alive.pop(worker.pid, None)
-            raise RuntimeError(
-                f"decode worker {' '.join(self.command)} did not start (exit status "
-                f"{process.returncode}; its error output is above)"
-            )
         self.idle.put_nowait(worker)
 
     def _replace(self) -> None:
@@ -201,14 +220,7 @@ class Processes(Inline):
     async def _reap(self, worker: _Worker) -> str:
         self.alive.pop(worker.pid, None)
         worker.close()
-        try:
-            code = await asyncio.wait_for(worker.process.wait(), 5)
-        except TimeoutError:
-            worker.kill()
-            code = await worker.process.wait()
-        if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
-        return f"exit status {code}"
+        return await wait_or_kill(worker.process, 5)
 
     async def aclose(self) -> None:
         self.closing = True
@@ -217,11 +229,7 @@ class Processes(Inline):
         for worker in workers:
             worker.close()
         for worker in workers:
-            try:
-                await asyncio.wait_for(worker.process.wait(), 2)
-            except TimeoutError:
-                worker.kill()
-                await worker.process.wait()
+            await wait_or_kill(worker.process, 2)
         self.alive.clear()
 
     def stats(self) -> dict[str, Any]:

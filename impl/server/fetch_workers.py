@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from impl.server.decode_workers import WorkerDied, socket_pair
+from impl.server.decode_workers import WorkerDied, start_worker, wait_or_kill
 from impl.server.decoding import DecodeJob, Fetched, Inline, UpstreamFailed, to_proto
 
 log = logging.getLogger("hotpath.server")
@@ -124,29 +124,17 @@ class FetchWorkers(Inline):
         await asyncio.gather(*(self._spawn() for _ in range(self.workers)))
 
     async def _spawn(self) -> None:
-        ours, theirs = socket_pair()
         try:
-            process = await asyncio.create_subprocess_exec(
-                *self.command, stdin=theirs, stdout=theirs
-            )
-        finally:
-            theirs.close()  # the child has its copy; EOF reaches it when ours closes
-        reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_READ_LIMIT)
-        worker = _Worker(process, reader, writer)
-        try:
-            line = await asyncio.wait_for(reader.readline(), 60)
-        except (TimeoutError, ConnectionError):
-            line = b""
-        if line != _READY or self.closing:
-            worker.kill()
-            writer.close()
-            await process.wait()
+            worker = _Worker(*await start_worker(self.command, _READY, "fetch worker"))
+        except RuntimeError:
             if self.closing:
                 return
-            raise RuntimeError(
-                f"fetch worker {' '.join(self.command)} did not start (exit status "
-                f"{process.returncode}; its error output is above)"
-            )
+            raise
+        if self.closing:  # shut down while it started: end it at once
+            worker.kill()
+            worker.writer.close()
+            await worker.process.wait()
+            return
         self.alive[worker.pid] = worker
         worker.listener = asyncio.get_running_loop().create_task(self._listen(worker))
         self._joined.set()
@@ -184,14 +172,7 @@ class FetchWorkers(Inline):
         if not self.alive:
             self._joined.clear()
         worker.writer.close()
-        try:
-            code = await asyncio.wait_for(worker.process.wait(), 5)
-        except TimeoutError:
-            worker.kill()
-            code = await worker.process.wait()
-        if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
-        return f"exit status {code}"
+        return await wait_or_kill(worker.process, 5)
 
     def fetches(self, expected_bytes: int) -> bool:
         return expected_bytes >= self.min_bytes
@@ -227,11 +208,7 @@ class FetchWorkers(Inline):
         for worker in workers:
             worker.writer.close()
         for worker in workers:
-            try:
-                await asyncio.wait_for(worker.process.wait(), 2)
-            except TimeoutError:
-                worker.kill()
-                await worker.process.wait()
+            await wait_or_kill(worker.process, 2)
             if worker.listener is not None:
                 worker.listener.cancel()
         self.alive.clear()
