@@ -150,6 +150,11 @@ class Api:
     def healthz(self) -> dict[str, Any]:
         return self.http.get("/healthz").json()
 
+    def held_polls(self, kind: str) -> dict[str, int]:
+        """Why the answering process's held polls of `kind` (`future`: retrieve_future,
+        `session`: retrieve_futures) answered so far: /healthz `held_polls`."""
+        return self.healthz()["held_polls"][kind]
+
     def sampling_session(self, base_model: str = "fake/model") -> str:
         session = self.post("/api/v1/create_session", {"tags": [], "sdk_version": "test"})
         session.raise_for_status()
@@ -212,3 +217,8 @@ class Api:
             if predicate(health) or time.monotonic() > end:
                 return health
             time.sleep(0.05)
+
+
+def grown(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """The counters that grew from `before` to `after`, by how much (e.g. held-poll reasons)."""
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] > before.get(k, 0)}

@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 import pytest
 from _fake_vllm import DELAY_BASE
-from _server import API_KEY, Api, start_server
+from _server import API_KEY, Api, grown, start_server
 
 import impl.encode
 from impl.encode import sample_pb2
@@ -120,11 +120,12 @@ def test_poll_hold_then_try_again(api):
     """A pending poll is held for --poll-hold (1 s here), then answered try_again."""
     ssid = api.sampling_session()
     request_id = api.asample(ssid, 1, seed=DELAY_BASE + 4000).json()["request_id"]
-    start = time.monotonic()
+    start, before = time.monotonic(), api.held_polls("future")
     response = api.retrieve(request_id)
     assert response.status_code == 200
     assert response.json() == {"type": "try_again"}
     assert time.monotonic() - start >= 0.9  # held, not answered at once
+    assert grown(before, api.held_polls("future")) == {"hold_expired": 1}
 
 
 def test_held_poll_wakes_on_completion(upstream):
@@ -133,10 +134,11 @@ def test_held_poll_wakes_on_completion(upstream):
         api = Api(server.url)
         ssid = api.sampling_session()
         request_id = api.asample(ssid, 1, seed=DELAY_BASE + 500).json()["request_id"]
-        start = time.monotonic()
+        before = api.held_polls("future")
         response = api.retrieve(request_id)
         assert response.headers["content-type"] == "application/x-protobuf"
-        assert time.monotonic() - start < 20  # woken by the completion, well before the hold ends
+        # answered because the completion woke it, not because the 25 s hold ended
+        assert grown(before, api.held_polls("future")) == {"woken": 1}
         api.close()
 
 

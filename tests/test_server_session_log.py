@@ -77,6 +77,17 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def _reasons(store, kind: str = "session") -> dict[str, int]:
+    """Why the store's held polls of `kind` answered so far (`impl.server.held`)."""
+    return dict(store.held_polls.counts[kind])
+
+
+def _since(before: dict[str, int], store, kind: str = "session") -> dict[str, int]:
+    """The reasons counted since `before` (only those that grew)."""
+    now = _reasons(store, kind)
+    return {reason: now[reason] - before[reason] for reason in now if now[reason] > before[reason]}
+
+
 def test_target_is_the_clone_block_of_the_seq_id():
     assert target_of(SS, 5) == (SS, 0)
     assert target_of(SS, 3 * CLONE_BLOCK + 7) == (SS, 3)
@@ -166,14 +177,15 @@ def test_held_poll_answers_on_the_first_completion_or_after_the_hold(make):
         s = await _opened(make)
         loop = asyncio.get_running_loop()
         record = await s.create((SS, 1), 1)
-        start = loop.time()
+        start, before = loop.time(), _reasons(s)
         assert await s.session_completions(TARGET, 0, 0.1) == ([], 0)
         assert loop.time() - start >= 0.1
+        assert _since(before, s) == {"hold_expired": 1}
         loop.call_later(0.05, lambda: asyncio.ensure_future(s.complete(record, b"x")))
-        start = loop.time()
+        before = _reasons(s)
         entries, _ = await s.session_completions(TARGET, 0, 30)
         assert [e.request_id for e in entries] == [record.request_id]
-        assert loop.time() - start < 10  # woken by the completion, not by the 30 s hold
+        assert _since(before, s) == {"woken": 1}  # by the completion, not by the 30 s hold
         await s.aclose()
 
     run(go())
@@ -194,11 +206,12 @@ def test_busy_session_is_answered_in_batches(make):
             loop.call_later(
                 0.02 * (i + 1), lambda r=record: asyncio.ensure_future(s.complete(r, b"x"))
             )
-        started = loop.time()
+        started, before = loop.time(), _reasons(s)
         batch, cursor = await s.session_completions(TARGET, cursor, 5)
         waited = loop.time() - started
         assert [e.request_id for e in batch] == [r.request_id for r in records[1:3]]
-        assert 0.2 <= waited < 4  # held for the batch wait, not answered per completion
+        assert waited >= 0.2  # held for the batch wait, not answered per completion
+        assert _reasons(s)["hold_expired"] == before["hold_expired"]  # not held for the 5 s
         loop.call_later(0.02, lambda: asyncio.ensure_future(s.complete(records[3], b"x")))
         last, _ = await s.session_completions(TARGET, cursor, 5)  # the last pending one
         assert [e.request_id for e in last] == [records[3].request_id]
@@ -218,10 +231,10 @@ def test_full_batch_is_answered_before_the_batch_wait(make):
             loop.call_later(
                 0.02 * (i + 1), lambda r=record: asyncio.ensure_future(s.complete(r, b"x"))
             )
-        started = loop.time()
+        before = _reasons(s)
         batch, _ = await s.session_completions(TARGET, cursor, 60)
         assert [e.request_id for e in batch] == [r.request_id for r in records[1:4]]
-        assert loop.time() - started < 10  # three waiting: answered, not held for 30 s
+        assert _since(before, s) == {"woken": 1}  # three waiting: not held for the 30 s wait
         await s.aclose()
 
     run(go())
@@ -249,9 +262,11 @@ def test_wake_all_releases_held_session_polls(make):
         poll = asyncio.ensure_future(s.session_completions(TARGET, 0, 30))
         await asyncio.sleep(0.05)
         assert not poll.done()
+        before = _reasons(s)
         s.wake_all()
         s.close()
         assert await asyncio.wait_for(poll, 5) == ([], 0)
+        assert _since(before, s) == {"released": 1}
         await s.aclose()
 
     run(go())
@@ -329,10 +344,11 @@ def test_two_processes_share_one_log(make):
         entries, cursor = await b.session_completions(TARGET, 0, 0)
         assert [e.request_id for e in entries] == [first.request_id]
         loop.call_later(0.1, lambda: asyncio.ensure_future(a.complete(second, b"yy")))
-        started = loop.time()
+        before = _reasons(b)
         entries, later = await b.session_completions(TARGET, cursor, 30)
         assert [(e.request_id, e.size) for e in entries] == [(second.request_id, 2)]
-        assert later == cursor + 1 and loop.time() - started < 10  # woken, not held 30 s
+        assert later == cursor + 1
+        assert _since(before, b) == {"woken": 1}  # by a's message, not held for the 30 s
         assert await a.session_completions(TARGET, later, 0) == ([], later)
         assert await a.acknowledge(TARGET, [second.request_id]) == 1
         assert await b.acknowledge(TARGET, [second.request_id]) == 0
@@ -355,8 +371,10 @@ def test_a_missed_wake_up_never_loses_a_completion(make):
         asyncio.get_running_loop().call_later(
             0.05, lambda: asyncio.ensure_future(a.complete(record, b"x"))
         )
+        before = _reasons(deaf)
         entries, _ = await deaf.session_completions(TARGET, 0, 0.5)
         assert [e.request_id for e in entries] == [record.request_id]
+        assert _since(before, deaf) == {"hold_expired": 1}  # re-read when the hold ended
         await a.aclose()
         await deaf.aclose()
 

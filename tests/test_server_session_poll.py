@@ -12,7 +12,7 @@ import time
 
 import pytest
 from _fake_vllm import DELAY_BASE, SEED_500_ALWAYS
-from _server import Api, start_server
+from _server import Api, grown, start_server
 
 POLL = "/api/v1/retrieve_futures"
 
@@ -92,27 +92,30 @@ def test_poll_reports_completions_then_the_fetch_gets_the_payload(api):
     )
     assert error.json()["category"] == "server" and error.json()["error"]
     # The next poll (cursor moved on) reports nothing again; timeout 0 answers at once.
-    started = time.monotonic()
+    before = api.held_polls("session")
     reply = _poll(api, ssid, cursor, timeout=0)
     assert reply.json() == {"completions": [], "cursor": cursor}
-    assert time.monotonic() - started < 4  # not held for the 5 s poll hold
+    assert grown(before, api.held_polls("session")) == {"at_once": 1}  # not held for 5 s
 
 
 def test_held_poll_answers_when_the_sample_completes(api):
     ssid = api.sampling_session()
     request_id = api.asample(ssid, 1, seed=DELAY_BASE + 800).json()["request_id"]
-    started = time.monotonic()
+    started, before = time.monotonic(), api.held_polls("session")
     reply = _poll(api, ssid)
     assert [c["request_id"] for c in reply.json()["completions"]] == [request_id]
-    assert 0.5 <= time.monotonic() - started < 4.5
+    assert time.monotonic() - started >= 0.5  # held while the sample ran
+    # answered because the completion woke it, not because the 5 s hold ended
+    assert grown(before, api.held_polls("session")) == {"woken": 1}
 
 
 def test_empty_poll_is_held_then_answers_with_the_same_cursor(api):
     ssid = api.sampling_session()
-    started = time.monotonic()
+    started, before = time.monotonic(), api.held_polls("session")
     reply = _poll(api, ssid, timeout=0.5)
     assert reply.json() == {"completions": [], "cursor": 0}
     assert time.monotonic() - started >= 0.5
+    assert grown(before, api.held_polls("session")) == {"hold_expired": 1}
 
 
 def test_ack_starts_the_retrieved_clock(upstream):

@@ -12,6 +12,7 @@ from impl import registry
 from impl.encode import proto_to_json, samples
 from impl.server import store as store_module
 from impl.server.baseline import json_to_completion
+from impl.server.held import REASONS
 from impl.server.store import DONE, FAILED, PENDING, MemoryStore
 
 
@@ -54,10 +55,19 @@ def test_wait_returns_on_completion_or_timeout():
         start = loop.time()
         await s.wait(record, 0.05)
         assert record.state == PENDING and loop.time() - start >= 0.05
+        assert s.held_polls.counts["future"]["hold_expired"] == 1
         loop.call_later(0.01, lambda: asyncio.ensure_future(s.complete(record, b"x" * 10)))
         await s.wait(record, 30)
         assert record.state == DONE and s.stored_bytes == 10 and s.pending == 0
         assert record.waiters is None
+        # woken by the completion, not by the end of the 30 s hold
+        assert s.held_polls.counts["future"] == {
+            **dict.fromkeys(REASONS, 0),
+            "hold_expired": 1,
+            "woken": 1,
+        }
+        await s.wait(record, 30)  # done already: answered at once
+        assert s.held_polls.counts["future"]["at_once"] == 1
         s.close()
 
     run(go())

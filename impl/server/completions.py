@@ -30,6 +30,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
+from impl.server.held import (
+    AT_ONCE,
+    BATCH_DEADLINE,
+    HOLD_EXPIRED,
+    RELEASED,
+    WOKEN,
+    HeldPolls,
+    settle,
+)
+
 #: A clone's seq_ids all lie in one block of this size (SDK 0.38: `seq_id // 1_000_000_000`).
 CLONE_BLOCK = 1_000_000_000
 
@@ -73,7 +83,7 @@ class SessionLog:
         self.pending = 0
         #: loop time of the last answer that carried entries (batching; see the store)
         self.last_answer = float("-inf")
-        self.waiters: list[asyncio.Future[None]] = []
+        self.waiters: list[asyncio.Future[str]] = []
 
     def knows(self, cursor: int) -> bool:
         """True for 0 (from the beginning) and for any position this log has handed out."""
@@ -95,19 +105,22 @@ class SessionLog:
             return list(entries)
         return [entries[i] for i in range(limit)]
 
-    def wake(self) -> None:
+    def wake(self, reason: str = WOKEN) -> None:
         if self.waiters:
             for waiter in self.waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+                settle(waiter, reason)
             self.waiters = []
 
 
 class SessionLogs:
     """Every target's log, created on its first submitted sample or first poll."""
 
-    def __init__(self, batch_wait: float, batch_size: int = 32) -> None:
+    def __init__(
+        self, batch_wait: float, batch_size: int = 32, held: HeldPolls | None = None
+    ) -> None:
         self.batch_wait = batch_wait
+        #: why held polls answered (the store's counters, shown on /healthz)
+        self.held = held if held is not None else HeldPolls()
         self.batch_size = max(batch_size, 1)
         self.logs: dict[Target, SessionLog] = {}
         self.base = cursor_base()
@@ -149,7 +162,7 @@ class SessionLogs:
     def release(self) -> None:
         self.released = True
         for log in self.logs.values():
-            log.wake()
+            log.wake(RELEASED)
 
     async def answer(
         self, target: Target, cursor: int, hold: float, limit: int
@@ -161,6 +174,7 @@ class SessionLogs:
         log.trim(cursor)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + hold
+        reason = AT_ONCE  # what released the last wait: why this poll answers now
         while not self.released:
             until = deadline
             if log.entries:
@@ -171,13 +185,15 @@ class SessionLogs:
                 break
             waiter = loop.create_future()
             log.waiters.append(waiter)
-            timer = loop.call_at(until, _release, waiter)
+            ends = HOLD_EXPIRED if until >= deadline else BATCH_DEADLINE
+            timer = loop.call_at(until, settle, waiter, ends)
             try:
-                await waiter
+                reason = await waiter
             finally:
                 timer.cancel()
                 if waiter in log.waiters:
                     log.waiters.remove(waiter)
+        self.held.count("session", RELEASED if self.released else reason)
         entries = log.first(limit)
         if not entries:
             return [], cursor
@@ -189,8 +205,3 @@ class SessionLogs:
             "session_logs": len(self.logs),
             "session_log_entries": sum(len(log.entries) for log in self.logs.values()),
         }
-
-
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

@@ -14,6 +14,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from impl.server.held import WOKEN, settle
 from impl.server.redis_scripts import BUCKET_S, now_ms, unkey, unpack_job
 from impl.server.store import Record
 
@@ -28,7 +29,7 @@ class StoreBackground:
     client: Any
     control: Any
     scripts: dict[str, Any]
-    waiters: dict[str, list[asyncio.Future[None]]]
+    waiters: dict[str, list[asyncio.Future[str]]]
     recent: Any
     owned: set[str]
     view: dict[str, int]
@@ -40,8 +41,7 @@ class StoreBackground:
         if len(self.recent) > RECENT:
             self.recent.popitem(last=False)
         for waiter in self.waiters.get(request_id, ()):
-            if not waiter.done():
-                waiter.set_result(None)
+            settle(waiter, WOKEN)
 
     def _on_message(self, text: str) -> None:
         """A completion: `<request_id>`, or `<request_id> <clone> <sampling_session_id>` when

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from impl.server.completions import CLONE_BLOCK, Entry, Target, cursor_base
+from impl.server.held import AT_ONCE, BATCH_DEADLINE, HOLD_EXPIRED, RELEASED, WOKEN, settle
 from impl.server.redis_scripts import bucket, guard, now_ms
 from impl.server.store import SESSION_ANSWER_LIMIT, Key
 
@@ -125,7 +126,7 @@ class RedisSessionLogs:
         self.batch_size = max(batch_size, 1)
         self.base = cursor_base()
         #: target -> this process's held polls, woken by the target's "due" messages
-        self.waiters: dict[Target, list[asyncio.Future[None]]] = {}
+        self.waiters: dict[Target, list[asyncio.Future[str]]] = {}
         self.released = False  # shutdown: held polls answer at once
 
     def meta_key(self, sampling_session_id: str) -> str:
@@ -134,14 +135,14 @@ class RedisSessionLogs:
     def list_key(self, target: Target) -> str:
         return f"{self.store.prefix}sq:{target[1]}:{target[0]}"
 
-    def wake(self, target: Target) -> None:
+    def wake(self, target: Target, reason: str = WOKEN) -> None:
         for waiter in self.waiters.get(target, ()):
-            if not waiter.done():
-                waiter.set_result(None)
+            settle(waiter, reason)
 
     def wake_all(self) -> None:
+        """Every held poll re-reads (shutdown, or the subscriber (re)connected)."""
         for target in list(self.waiters):
-            self.wake(target)
+            self.wake(target, RELEASED)
 
     def release(self) -> None:
         self.released = True
@@ -154,6 +155,7 @@ class RedisSessionLogs:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + hold
         keys = [self.meta_key(target[0]), self.list_key(target)]
+        reason = AT_ONCE  # what released the last wait: why this poll answers now
         while True:
             final = self.released or loop.time() >= deadline
             waiter = loop.create_future()
@@ -178,18 +180,21 @@ class RedisSessionLogs:
                 if found == -1:
                     return None
                 if found[0] == 2:  # {2, new cursor, entries...}: the last is at the cursor
+                    self.store.held_polls.count("session", reason)
                     last, raws = int(found[1]), found[2:]
                     first = last - len(raws) + 1
                     return [_entry(first + i, raw) for i, raw in enumerate(raws)], last
                 if final:
+                    self.store.held_polls.count("session", RELEASED if self.released else reason)
                     return [], cursor
                 until = deadline
                 if found[0] == 1:  # completions wait for their batch until then
                     until = min(deadline, loop.time() + (int(found[1]) - now) / 1000 + 0.001)
                 if loop.time() < until:
-                    timer = loop.call_at(until, _release, waiter)
+                    ends = HOLD_EXPIRED if until >= deadline else BATCH_DEADLINE
+                    timer = loop.call_at(until, settle, waiter, ends)
                     try:
-                        await waiter
+                        reason = await waiter
                     finally:
                         timer.cancel()
             finally:
@@ -256,8 +261,3 @@ class SessionPolling:
 def _entry(position: int, raw: bytes) -> Entry:
     request_id, state, size = raw.decode().split(" ")
     return Entry(position, request_id, state, int(size))
-
-
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

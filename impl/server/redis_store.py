@@ -51,6 +51,7 @@ from redis.exceptions import RedisError
 
 from impl.server import redis_scripts as lua
 from impl.server.completions import CLONE_BLOCK
+from impl.server.held import AT_ONCE, HOLD_EXPIRED, RELEASED, HeldPolls, settle
 from impl.server.redis_background import StoreBackground
 from impl.server.redis_completions import SCRIPTS as SESSION_SCRIPTS
 from impl.server.redis_completions import RedisSessionLogs, SessionPolling
@@ -128,7 +129,7 @@ class RedisStore(SessionPolling, StoreBackground):
         self.pipe = AutoPipeline(self.client, texts)
         self._prefix = os.urandom(4).hex()
         self._ids = 0
-        self.waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self.waiters: dict[str, list[asyncio.Future[str]]] = {}
         #: Request ids whose completion message arrived lately (a poll registering after it).
         self.recent: OrderedDict[str, None] = OrderedDict()
         self.listening = False
@@ -140,6 +141,8 @@ class RedisStore(SessionPolling, StoreBackground):
         self.rtt_ms: float | None = None
         self.error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: why held polls answered, this process (/healthz `held_polls`)
+        self.held_polls = HeldPolls()
         self.session_logs = RedisSessionLogs(self, session_batch_wait, session_batch_size)
         #: a log list outlives its newest entry's record by no more than this
         self.log_ttl_ms = max(self.completed_ms, self.retrieved_ms)
@@ -162,8 +165,7 @@ class RedisStore(SessionPolling, StoreBackground):
     def wake_all(self) -> None:
         for waiters in self.waiters.values():
             for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+                settle(waiter, RELEASED)
         self.session_logs.wake_all()
 
     def close(self) -> None:
@@ -323,8 +325,10 @@ class RedisStore(SessionPolling, StoreBackground):
     @guard
     async def wait(self, record: Record, timeout: float) -> None:
         if record.state != PENDING or timeout <= 0:
+            self.held_polls.count("future", AT_ONCE)
             return
-        waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
         waiters = self.waiters.setdefault(record.request_id, [])
         waiters.append(waiter)
         try:
@@ -332,10 +336,15 @@ class RedisStore(SessionPolling, StoreBackground):
             # registered is in `recent`; without a subscriber, the record is re-read.
             if not self.listening or record.request_id in self.recent:
                 await self._read(record.request_id, record)
+            reason = AT_ONCE
             if record.state == PENDING:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter, timeout)
+                timer = loop.call_later(timeout, settle, waiter, HOLD_EXPIRED)
+                try:
+                    reason = await waiter
+                finally:
+                    timer.cancel()
                 await self._read(record.request_id, record)  # woken, missed or timed out
+            self.held_polls.count("future", reason)
         finally:
             waiters.remove(waiter)
             if not waiters:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from impl.server.completions import Entry, SessionLogs, Target, target_of
+from impl.server.held import AT_ONCE, HOLD_EXPIRED, RELEASED, WOKEN, HeldPolls, settle
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
 #: Payloads above this many bytes are converted to JSON in a worker thread.
@@ -70,7 +71,7 @@ class Record:
         self.error: str | None = None
         self.json: bytes | None = None
         self.json_future: asyncio.Future[bytes] | None = None
-        self.waiters: list[asyncio.Future[None]] | None = None
+        self.waiters: list[asyncio.Future[str]] | None = None
         self.deadline = 0.0
         self.size = 0
         self.delivered = False
@@ -148,6 +149,9 @@ class FutureStore(Protocol):
 
     def stats(self) -> dict[str, int]: ...
 
+    #: why this process's held polls answered (`impl.server.held`; /healthz `held_polls`)
+    held_polls: HeldPolls
+
     def describe(self) -> dict[str, Any]:
         """What /healthz shows about the store: its kind and address (no secrets)."""
 
@@ -189,7 +193,9 @@ class MemoryStore:
         self.max_outstanding = max_outstanding
         self.max_result_bytes = max_result_bytes
         self.to_json = to_json
-        self.session_logs = SessionLogs(session_batch_wait, session_batch_size)
+        #: why held polls answered, this process (/healthz `held_polls`)
+        self.held_polls = HeldPolls()
+        self.session_logs = SessionLogs(session_batch_wait, session_batch_size, self.held_polls)
         self.records: dict[str, Record] = {}
         self.keys: dict[Key, Record] = {}
         self.expiries: deque[tuple[float, Record]] = deque()  # completed_ttl deadlines
@@ -233,7 +239,7 @@ class MemoryStore:
 
     def wake_all(self) -> None:
         for record in self.records.values():
-            _wake(record)
+            _wake(record, RELEASED)
         self.session_logs.release()
 
     def close(self) -> None:
@@ -292,15 +298,16 @@ class MemoryStore:
 
     async def wait(self, record: Record, timeout: float) -> None:
         if record.state != PENDING or timeout <= 0:
+            self.held_polls.count("future", AT_ONCE)
             return
         loop = self._loop or asyncio.get_running_loop()
         waiter = loop.create_future()
         if record.waiters is None:
             record.waiters = []
         record.waiters.append(waiter)
-        timer = loop.call_later(timeout, _release, waiter)
+        timer = loop.call_later(timeout, settle, waiter, HOLD_EXPIRED)
         try:
-            await waiter
+            self.held_polls.count("future", await waiter)
         finally:
             timer.cancel()
             if not waiter.done() and record.waiters is not None:
@@ -439,13 +446,8 @@ class MemoryStore:
         return evicted
 
 
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-def _wake(record: Record) -> None:
+def _wake(record: Record, reason: str = WOKEN) -> None:
     if record.waiters:
         for waiter in record.waiters:
-            _release(waiter)
+            settle(waiter, reason)
     record.waiters = None

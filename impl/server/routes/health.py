@@ -1,5 +1,6 @@
 """`GET /healthz`: picks and why, decode design and why, the store (kind, address, round trip)
-and its counts, the answering process, event-loop lag, GC pauses.
+and its counts, why held polls answered (`impl.server.held`), the answering process,
+event-loop lag, GC pauses.
 `GET /metrics`: the same and more in Prometheus text format (see impl/server/metrics.py)."""
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ async def healthz(state: ServerState) -> dict[str, Any]:
         },
         "sessions": state.sessions.stats(),
         "polls": dict(state.polls),
+        "held_polls": state.store.held_polls.snapshot(),
         "forwards_in_flight": len(state.forwards.tasks),
         "forward_attempts": state.forwards.attempts,
         "offloop": {
