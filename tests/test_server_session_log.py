@@ -12,7 +12,7 @@ import pytest
 
 from impl.server import embedded
 from impl.server.completions import CLONE_BLOCK, target_of
-from impl.server.store import MemoryStore
+from impl.server.memory_store import MemoryStore
 
 SS = "session-x:sample:0"
 TARGET = (SS, 0)

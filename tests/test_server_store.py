@@ -10,10 +10,11 @@ import pytest
 
 from impl import registry
 from impl.encode import proto_to_json, samples
-from impl.server import store as store_module
+from impl.server import memory_store
 from impl.server.baseline import json_to_completion
 from impl.server.held import REASONS
-from impl.server.store import DONE, FAILED, PENDING, MemoryStore
+from impl.server.memory_store import MemoryStore
+from impl.server.store import DONE, FAILED, PENDING
 
 
 def _store(**overrides) -> MemoryStore:
@@ -144,7 +145,7 @@ def test_json_is_derived_once_for_concurrent_misses(monkeypatch):
         time.sleep(0.05)
         return b"{}"
 
-    monkeypatch.setattr(store_module, "THREAD_JSON_BYTES", 10)
+    monkeypatch.setattr(memory_store, "THREAD_JSON_BYTES", 10)
 
     async def go():
         s = _store(to_json=slow_json)

@@ -31,6 +31,7 @@ from impl.server import picks as picks_module
 from impl.server.baseline import BaselineStore
 from impl.server.forward import ForwardRunner
 from impl.server.limits import Limits
+from impl.server.memory_store import MemoryStore
 from impl.server.picks import Picks
 from impl.server.routes._raw import RawRoute, respond
 from impl.server.routes.deps import ApiError
@@ -38,7 +39,7 @@ from impl.server.schemas import openapi_components
 from impl.server.sessions import Sessions
 from impl.server.settings import Settings
 from impl.server.state import LagMonitor, State
-from impl.server.store import FutureStore, MemoryStore
+from impl.server.store import FutureStore
 
 log = logging.getLogger("hotpath.server")
 

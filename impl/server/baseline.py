@@ -20,7 +20,8 @@ import numpy as np
 import orjson
 
 from impl.decode import TOPK_PAD_LOGPROB, TOPK_PAD_TOKEN, Completion, Sequence, TopK
-from impl.server.store import DONE, MemoryStore, Record
+from impl.server.memory_store import MemoryStore
+from impl.server.store import DONE, Record
 
 IMPLEMENTATIONS = {"decode": "json", "encode": "validated", "pool": "httpx", "accesslog": "rich"}
 
