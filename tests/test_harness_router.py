@@ -168,7 +168,8 @@ def test_body_cache_is_bounded(router):
 def test_body_cache_is_keyed_by_a_digest():
     """A huge prompt is held by no cache entry and rendered once: keys are 16-byte digests of
     (prompt, n, max_tokens, seed, prompt_logprobs); a repeat is served from the cache."""
-    from impl.harness.router import Bodies, Stats
+    from impl.harness.router_bodies import Bodies
+    from impl.harness.router_stats import Stats
 
     stats = Stats()
     cache = Bodies("minimal", 64 << 20, stats)

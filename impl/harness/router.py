@@ -52,6 +52,9 @@ The listen backlog is `--backlog` (default 16384; the kernel caps it at net.core
 burst of connects is not dropped. `--workers N` runs N processes sharing the port
 (SO_REUSEPORT): one process cannot serve many 20 MB bodies per second.
 
+The counters behind `/stats` are `impl.harness.router_stats`; request checks and the rendered
+and filler bodies are `impl.harness.router_bodies`.
+
 The server's tests use a smaller stand-in (`tests/_fake_vllm.py`) whose faults are chosen by a
 request's seed and which records every request it answered; its docstring says why.
 """
@@ -62,43 +65,21 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
-import hashlib
 import multiprocessing
 import os
 import random
 import signal
 import socket
 import struct
-from collections import OrderedDict
-from functools import cache
 from typing import Any
 
-import numpy as np
 from aiohttp import web
 
-try:
-    import orjson
+from impl.harness.router_bodies import BadRequest, Bodies, filler_body
+from impl.harness.router_stats import FAULTS, CountingServer, Stats
 
-    _loads, _JSONError = orjson.loads, orjson.JSONDecodeError
-except ImportError:  # pragma: no cover - orjson is in the server extra
-    import json
-
-    _loads, _JSONError = json.loads, json.JSONDecodeError
-
-FAULTS = ("500", "html", "truncate", "reset")
 _HTML = b"<html><head><title>502 Bad Gateway</title></head><body>bad gateway</body></html>"
 _JSON = "application/json"
-
-
-@cache
-def filler_body(size: int) -> bytes:
-    """Exactly `size` bytes of valid JSON (an object with one padded string; empty for 0)."""
-    if size <= 0:
-        return b""
-    if size < 12:
-        return b"0" + b" " * (size - 1)
-    head = b'{"filler":"'
-    return head + b"x" * (size - len(head) - 2) + b'"}'
 
 
 def parse_faults(spec: str | None) -> dict[str, float]:
@@ -110,162 +91,6 @@ def parse_faults(spec: str | None) -> dict[str, float]:
             raise argparse.ArgumentTypeError(f"unknown fault {kind!r}; known: {', '.join(FAULTS)}")
         rates[kind] = float(rate or 1.0)
     return rates
-
-
-_FIELDS = (
-    "served", "in_flight", "peak_in_flight", "connections", "peak_connections", "faults",
-    "generating", "peak_generating", "rendered", *(f"injected_{kind}" for kind in FAULTS),
-)  # fmt: skip
-_INDEX = {name: i for i, name in enumerate(_FIELDS)}
-_PEAK = {
-    "in_flight": "peak_in_flight",
-    "connections": "peak_connections",
-    "generating": "peak_generating",
-}
-
-
-class Stats:
-    """Counters in one int64 array under one lock, shared by every worker process (fork)."""
-
-    def __init__(self, workers: int = 1) -> None:
-        ctx = multiprocessing.get_context("fork")
-        self._values = ctx.RawArray("q", len(_FIELDS))
-        self._lock = ctx.Lock()
-        self.workers = workers
-
-    def add(self, name: str, delta: int = 1) -> None:
-        values, i = self._values, _INDEX[name]
-        with self._lock:
-            values[i] += delta
-            peak = _PEAK.get(name)
-            if peak is not None and values[i] > values[_INDEX[peak]]:
-                values[_INDEX[peak]] = values[i]
-
-    def snapshot(self, *, reset: bool = False) -> dict[str, Any]:
-        with self._lock:
-            data = dict(zip(_FIELDS, self._values, strict=True))
-            if reset:
-                for name in ("served", "faults", *(f"injected_{k}" for k in FAULTS)):
-                    self._values[_INDEX[name]] = 0
-                for name, peak in _PEAK.items():
-                    self._values[_INDEX[peak]] = self._values[_INDEX[name]]
-        out = {k: v for k, v in data.items() if not k.startswith("injected_")}
-        out["injected"] = {k: data[f"injected_{k}"] for k in FAULTS if data[f"injected_{k}"]}
-        out["workers"] = self.workers
-        return out
-
-
-class _CountingServer(web.Server):
-    """aiohttp's low-level server, counting open connections that carried a completion request.
-
-    Counting at the socket but only connections that carried a `/v1/completions` request keeps
-    a client's own `/stats` and `/healthz` polls out of the count, so an idle upstream reads 0.
-    """
-
-    def __init__(self, handler, stats: Stats, **kwargs) -> None:
-        super().__init__(handler, **kwargs)
-        self._stats = stats
-        self._counted: set[Any] = set()
-
-    def count_connection(self, handler: Any) -> None:
-        """Count a connection (its protocol handler) once, when it first carries a completion."""
-        if handler is not None and handler not in self._counted:
-            self._counted.add(handler)
-            self._stats.add("connections")
-
-    def connection_lost(self, handler, exc=None) -> None:
-        super().connection_lost(handler, exc)
-        if handler in self._counted:
-            self._counted.discard(handler)
-            self._stats.add("connections", -1)
-
-
-class _BadRequest(Exception):
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(text)
-        self.status, self.text = status, text
-
-
-def _digest(prompt: list[int], params: tuple) -> bytes:
-    """16 bytes that stand for (prompt, params) in the cache: hashing and comparing a cache key
-    then costs the same for a 25M-token prompt as for a 4-token one."""
-    try:
-        tokens = np.asarray(prompt, dtype=np.int64).tobytes()
-    except OverflowError:  # ids beyond int64: rare, slower, still exact
-        tokens = repr(prompt).encode()
-    hasher = hashlib.blake2b(tokens, digest_size=16)
-    hasher.update(repr(params).encode())
-    return hasher.digest()
-
-
-class Bodies:
-    """Rendered completion bodies, cached by a digest of the request (LRU within a byte
-    budget). The digest, not the prompt, is the key: a huge prompt is hashed once per request
-    and held by no cache entry."""
-
-    def __init__(self, kind: str, budget_bytes: int, stats: Stats) -> None:
-        self.kind, self.budget, self.stats = kind, budget_bytes, stats
-        self._cache: OrderedDict[bytes, Any] = OrderedDict()
-        self._bytes = 0
-
-    @staticmethod
-    def key(payload: bytes) -> tuple:
-        """(digest, prompt, n, max_tokens, seed, prompt_logprobs) of a request, or _BadRequest."""
-        try:
-            request = _loads(payload)
-        except (_JSONError, UnicodeDecodeError):
-            raise _BadRequest(400, "malformed JSON in request body") from None
-        if not isinstance(request, dict):
-            raise _BadRequest(400, "request body must be a JSON object")
-        prompt = request.get("prompt")
-        if not isinstance(prompt, list) or not all(type(t) is int for t in prompt):
-            raise _BadRequest(422, "prompt: a list of token ids is required")
-        if isinstance(request.get("logprobs"), bool):
-            raise _BadRequest(422, "logprobs: Input should be a valid integer, got a boolean")
-        n, max_tokens = request.get("n", 1), request.get("max_tokens", 16)
-        plp = request.get("prompt_logprobs")
-        if type(n) is not int or n < 1 or type(max_tokens) is not int or max_tokens < 0:
-            raise _BadRequest(422, "n must be >= 1 and max_tokens >= 0 (integers)")
-        if plp is not None and (type(plp) is not int or plp < 0):
-            raise _BadRequest(422, "prompt_logprobs must be a non-negative integer")
-        seed = request.get("seed")
-        params = (n, max_tokens, 0 if seed is None else int(seed), plp)
-        return (_digest(prompt, params), prompt, *params)
-
-    async def get(self, request: tuple) -> bytes:
-        """The body for `request` (from `key`): cached, or rendered once (in a thread) however
-        many ask at once."""
-        key = request[0]
-        entry = self._cache.get(key)
-        if isinstance(entry, bytes):
-            self._cache.move_to_end(key)
-            return entry
-        if entry is None:  # a client that goes away does not cancel the shared render
-            entry = self._cache[key] = asyncio.ensure_future(self._fill(key, request[1:]))
-        return await asyncio.shield(entry)
-
-    async def _fill(self, key: bytes, request: tuple) -> bytes:
-        try:
-            loop = asyncio.get_running_loop()
-            body = await loop.run_in_executor(None, self._render, request)
-        except BaseException:
-            self._cache.pop(key, None)
-            raise
-        self._cache[key] = body
-        self._bytes += len(body)
-        self.stats.add("rendered")
-        for old_key in [k for k, v in self._cache.items() if isinstance(v, bytes) and k != key]:
-            if self._bytes <= self.budget:
-                break
-            self._bytes -= len(self._cache.pop(old_key))
-        return body
-
-    def _render(self, request: tuple) -> bytes:
-        from impl.harness.bodies import completion_body, generate
-
-        prompt, n, max_tokens, seed, plp = request
-        choices = generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
-        return completion_body(choices, kind=self.kind, prompt_tokens=prompt, prompt_logprobs=plp)
 
 
 class Router:
@@ -282,7 +107,7 @@ class Router:
         budget = args.cache_mb << 20
         self.bodies = Bodies(args.body, budget, stats) if args.body else None
         self._headers = {"X-Hotpath-Worker": str(worker)}
-        self.server: _CountingServer | None = None
+        self.server: CountingServer | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.path == "/v1/completions" and request.method == "POST":
@@ -304,7 +129,7 @@ class Router:
             if self.bodies is not None and not request.headers.get("X-Hotpath-Echo"):
                 try:
                     key = self.bodies.key(payload)
-                except _BadRequest as bad:
+                except BadRequest as bad:
                     return web.Response(status=bad.status, text=bad.text, content_type="text/plain")
             await self.wait_turn(request)
             fault = request.headers.get("X-Hotpath-Fault") or self.random_fault()
@@ -405,7 +230,7 @@ async def serve(
 ) -> None:
     stats = stats or Stats()
     router = Router(args, stats, worker)
-    server = _CountingServer(
+    server = CountingServer(
         router.handle,
         stats=stats,
         handler_cancellation=True,  # a client that gives up leaves no waiter in the barrier
