@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from impl.harness import load, presets, procs, report
-from impl.harness.client import ClientConfig, parse_sample_response
+from impl.harness.workload import ClientConfig, parse_sample_response
 
 STANDIN = Path(__file__).with_name("_standin.py")
 ROOT = Path(__file__).resolve().parents[1]

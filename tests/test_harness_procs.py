@@ -49,12 +49,12 @@ def test_a_worker_process_lowers_its_own_priority(monkeypatch):
     """`_worker_main` applies the config's niceness before the client runs."""
     import queue
 
-    from impl.harness import client, drive
+    from impl.harness import client, drive, workload
 
     niced: list[int] = []
     monkeypatch.setattr(drive.os, "nice", niced.append)
     monkeypatch.setattr(client, "run_worker", lambda config, progress, go: {"niced": list(niced)})
     results: queue.Queue = queue.Queue()
-    config = client.ClientConfig(url="http://127.0.0.1:1", indices=(0, 0, 1), nice=4)
+    config = workload.ClientConfig(url="http://127.0.0.1:1", indices=(0, 0, 1), nice=4)
     drive._worker_main(config, "http", None, None, results)
     assert results.get_nowait() == {"niced": [4]}

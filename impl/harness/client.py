@@ -19,6 +19,9 @@ from the SampleResponse wire bytes and checked: one sequence per sample, `max_to
 (choice 0; others may stop early on EOS), logprobs as long as tokens, and with `verify="exact"`
 the very tokens `impl.harness.bodies.generate` makes for the (prompt, seed).
 
+What a worker is told (`ClientConfig`), the prompt of each request index, how a
+SampleResponse is read and what a failed sample is are `impl.harness.workload`.
+
 The aiohttp connector binds the worker's own 127.0.0.x source address, so several workers do
 not share one address's ephemeral ports.
 """
@@ -29,14 +32,13 @@ import asyncio
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import numpy as np
 
-from impl.encode._common import read_fields
 from impl.harness.sessionpoll import PollerFailed, SessionPoller
+from impl.harness.workload import ClientConfig, Failure, parse_sample_response, prompt_for
 
 try:
     import orjson
@@ -53,74 +55,8 @@ except ImportError:  # pragma: no cover - orjson is in the server extra
 PROTO = "application/x-protobuf"
 
 
-@dataclass(frozen=True)
-class ClientConfig:
-    """What one worker does (picklable: it crosses into a spawned process)."""
-
-    url: str
-    indices: tuple[int, int, int]  # range(start, stop, step) of request indices
-    prompt_tokens: int = 16
-    max_tokens: int = 16
-    num_samples: int = 1
-    concurrency: int = 400
-    max_outstanding: int = 2048
-    distinct_prompts: int = 64
-    seed: int = 0
-    poll_timeout: float = 45.0
-    tries: int = 16
-    backoff_base: float = 0.25
-    backoff_cap: float = 30.0
-    timeout: float = 600.0  # seconds after the start signal when the worker stops
-    source_address: str | None = None
-    verify: str = "count"  # "count" | "exact"
-    #: unmeasured samples per distinct prompt before the run (0: no warm-up)
-    warmup: int = 1
-    #: "auto" (what client/config says, as the SDK), "session" or "request"
-    poll: str = "auto"
-    api_key: str = "tml-hotpath-loadtest"
-    base_model: str = "hotpath-fake"
-    #: niceness the worker process gives itself (the harness's load yields to the server)
-    nice: int = 0
-
-
-class Failure(Exception):
-    """A sample that did not complete; `kind` is its class in the report."""
-
-    def __init__(self, kind: str, message: str = "") -> None:
-        super().__init__(f"{kind}: {message}")
-        self.kind = kind
-        self.message = message
-
-
 class _Resubmit(Exception):
     """410 from retrieve_future: the promise is gone, submit the sample again."""
-
-
-def prompt_for(index: int, config: ClientConfig) -> tuple[list[int], int]:
-    """The prompt tokens and sampling seed of request `index` (cycling distinct prompts)."""
-    p = index % max(config.distinct_prompts, 1)
-    base = config.seed * 1_000_003 + p * 7919
-    tokens = [128000] + [(base + j * 104729) % 127000 + 1 for j in range(config.prompt_tokens - 1)]
-    return tokens[: config.prompt_tokens], config.seed + p
-
-
-def parse_sample_response(data: bytes) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
-    """SampleResponse wire bytes -> [(stop_reason, int32 tokens, float32 logprobs | None)]."""
-    sequences = []
-    for message in read_fields(memoryview(data)).get(1, []):
-        if isinstance(message, int):
-            raise ValueError("field 1 (a sequence) is a varint, not a message")
-        fields = read_fields(message)
-        stop = fields.get(1, [0])[-1]
-        tokens = fields.get(2, [b""])[-1]
-        logprobs = fields.get(3, [None])[-1]
-        if isinstance(tokens, int) or isinstance(logprobs, int):
-            raise ValueError("a tokens or logprobs field is a varint, not bytes")
-        if len(tokens) % 4 or (logprobs is not None and len(logprobs) % 4):
-            raise ValueError("a tokens or logprobs field is not a whole number of 4-byte items")
-        lp = None if logprobs is None else np.frombuffer(logprobs, dtype="<f4")
-        sequences.append((stop, np.frombuffer(tokens, dtype="<i4"), lp))
-    return sequences
 
 
 class Worker:

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 from impl.harness import presets
-from impl.harness.client import ClientConfig
+from impl.harness.workload import ClientConfig
 
 
 def client_configs(

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from impl.harness.client import ClientConfig, Failure, Worker, prompt_for
+from impl.harness.client import Worker
+from impl.harness.workload import ClientConfig, Failure, prompt_for
 
 
 class SdkWorker(Worker):
