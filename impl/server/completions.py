@@ -174,7 +174,8 @@ class SessionLogs:
         log.trim(cursor)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + hold
-        reason = AT_ONCE  # what released the last wait: why this poll answers now
+        # what released the last wait: why this poll answers now
+        reason = RELEASED if self.released else AT_ONCE
         while not self.released:
             until = deadline
             if log.entries:
@@ -193,7 +194,7 @@ class SessionLogs:
                 timer.cancel()
                 if waiter in log.waiters:
                     log.waiters.remove(waiter)
-        self.held.count("session", RELEASED if self.released else reason)
+        self.held.count("session", reason)
         entries = log.first(limit)
         if not entries:
             return [], cursor

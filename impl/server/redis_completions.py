@@ -155,7 +155,8 @@ class RedisSessionLogs:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + hold
         keys = [self.meta_key(target[0]), self.list_key(target)]
-        reason = AT_ONCE  # what released the last wait: why this poll answers now
+        # what released the last wait: why this poll answers now
+        reason = RELEASED if self.released else AT_ONCE
         while True:
             final = self.released or loop.time() >= deadline
             waiter = loop.create_future()
@@ -185,7 +186,7 @@ class RedisSessionLogs:
                     first = last - len(raws) + 1
                     return [_entry(first + i, raw) for i, raw in enumerate(raws)], last
                 if final:
-                    self.store.held_polls.count("session", RELEASED if self.released else reason)
+                    self.store.held_polls.count("session", reason)
                     return [], cursor
                 until = deadline
                 if found[0] == 1:  # completions wait for their batch until then
