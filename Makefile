@@ -11,8 +11,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# setup.py builds the optional C++ decoder (impl/decode/_simdjson_nogil.cpp) during the install.
-$(STAMP): pyproject.toml setup.py impl/decode/_simdjson_nogil.cpp | $(BIN)/python
+# setup.py builds the optional C++ decoders (impl/decode/_*_nogil.cpp and their headers) during
+# the install.
+$(STAMP): pyproject.toml setup.py $(wildcard impl/decode/_*.cpp impl/decode/_*.h) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 

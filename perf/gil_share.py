@@ -1,11 +1,11 @@
 """How much of its solo rate a pure-Python thread keeps while the main thread decodes 20 MB.
 
-A counting loop runs in a second thread for `SECONDS` while the main thread (a) sleeps (the
-solo rate), (b) decodes the 262144-token vLLM body (21.5 MB) over and over with a decoder that
-releases the GIL (`simdjson_nogil`), (c) does the same with a GIL-holding decoder (`simdjson`,
-else `orjson`). Rounds alternate the three; the medians are printed as fractions of the solo
-rate. On a machine with a free second core the GIL-free decoder should leave the counter most of
-its rate; a GIL-holding one leaves it what the interpreter's 5 ms switch interval allows.
+A counting loop runs in a second thread for `SECONDS` while the main thread (a) sleeps (the solo
+rate), (b) decodes the 262144-token vLLM body (21.5 MB) over and over with each decoder that
+releases the GIL (`onepass_nogil`, `simdjson_nogil`), (c) does the same with a GIL-holding decoder
+(`simdjson`, else `orjson`). Rounds alternate them; the medians are printed as fractions of the solo
+rate. On a machine with a free second core the GIL-free decoder should leave the counter most of its
+rate; a GIL-holding one leaves it what the interpreter's 5 ms switch interval allows.
 Run: `python perf/gil_share.py [ROUNDS]` (a figure, not a test: tests/test_decode_gil.py asserts
 the claim as a ratio with a generous margin).
 """
@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from impl import registry
+from impl.decode import releases_gil
 from impl.harness.bodies import body_for
 
 SECONDS = 1.0
@@ -51,19 +52,22 @@ def counter_rate(work: Callable[[], object] | None) -> float:
 
 def main(rounds: int = 5) -> int:
     available = registry.available("decode")
-    if "simdjson_nogil" not in available:
-        print(registry.unavailable_reason("decode", "simdjson_nogil"))
+    free = {
+        name: registry.create("decode", name)
+        for name in available
+        if name != "auto" and releases_gil(registry.create("decode", name))
+    }
+    if not free:
+        print(registry.unavailable_reason("decode", "onepass_nogil"))
         return 2
     holding_name = next(n for n in ("simdjson", "orjson", "json") if n in available)
+    holding = registry.create("decode", holding_name)
     body = body_for(262144, kind="vllm")
-    free, holding = (
-        registry.create("decode", "simdjson_nogil"),
-        registry.create("decode", holding_name),
-    )
-    runs: dict[str, list[float]] = {"solo": [], "simdjson_nogil": [], holding_name: []}
+    runs: dict[str, list[float]] = {"solo": [], **{name: [] for name in free}, holding_name: []}
     for _ in range(rounds):
         runs["solo"].append(counter_rate(None))
-        runs["simdjson_nogil"].append(counter_rate(lambda: free.decode(body)))
+        for name, decoder in free.items():
+            runs[name].append(counter_rate(lambda decoder=decoder: decoder.decode(body)))
         runs[holding_name].append(counter_rate(lambda: holding.decode(body)))
     solo = statistics.median(runs["solo"])
     print(f"{len(body) / 1e6:.1f} MB body, {rounds} rounds of {SECONDS:.0f} s each")

@@ -157,7 +157,7 @@ def snapshot(repo: Path) -> str:
             shutil.copy2(source, target)
     # Built extensions are ignored, never committed (asv builds its own), but the gate process
     # runs in `repo` and picks from its impl: without them it would gate another decoder than
-    # the one patched (simdjson instead of simdjson_nogil).
+    # the one patched (a pure-Python decoder instead of a compiled one).
     built = git(ROOT, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "impl/*.so")
     for name in filter(None, built.split("\0")):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)

@@ -120,8 +120,24 @@ IMPLEMENTATIONS: tuple[Entry, ...] = (
         ("impl.decode.simdjson_nogil",),  # imports the extension and checks its build
         hint="apt-get install g++ libsimdjson-dev, then reinstall hotpath (pip install -e .)",
     ),
+    Entry(
+        "onepass_nogil",
+        "impl.decode.onepass_nogil",
+        "C++ in one pass over the bytes (no index), parses without the GIL; numpy buffers filled",
+        ("impl.decode.onepass_nogil",),  # imports the extension and checks its build
+        hint="apt-get install g++ libsimdjson-dev, then reinstall hotpath (pip install -e .)",
+    ),
     Entry("auto", "impl.decode.auto", "per body size, the decoder measured fastest here"),
 )
 
 #: Fixed preference order when nothing was measured on this machine (fastest first).
-PREFERENCE = ("simdjson_nogil", "simdjson", "fromstring", "msgspec", "orjson", "ujson", "json")
+PREFERENCE = (
+    "onepass_nogil",
+    "simdjson_nogil",
+    "simdjson",
+    "fromstring",
+    "msgspec",
+    "orjson",
+    "ujson",
+    "json",
+)

@@ -1,4 +1,4 @@
-// impl.decode._simdjson_nogil, part 2 of 4: the walk over stage 1's structural index.
+// impl.decode._simdjson_nogil's walk over stage 1's structural index.
 //
 // One pass over the index checks the grammar of the whole body and reads what the Completion
 // keeps. The values it skips (most of a body: `text_offset`, `tokens`, `top_logprobs`, the
@@ -6,7 +6,7 @@
 // costs one look at the byte before the next structural one (its closing quote; escapes were
 // checked for the whole body up front), a number one `quick_shape` or word check (numbers.h),
 // a literal one compare; arrays of scalars get a tighter loop of their own. The parts it reads (choices, `token_ids`, `token_logprobs`, prompt logprobs) are
-// small object/array helpers around that loop (their readers are in _simdjson_nogil_body.h).
+// small object/array helpers around that loop (their readers are in _nogil_body.h).
 // Anything outside the common shape answers false ("not sure"), and the reference decides.
 #pragma once
 
@@ -16,20 +16,11 @@
 #include <string_view>
 #include <vector>
 
-#include "_simdjson_nogil_numbers.h"
+#include "_nogil_numbers.h"
+#include "_nogil_request.h"
 
 namespace nogil {
 
-// What a decode is asked for: the body and the limits (the rest is read by body.h).
-struct Request {
-  const uint8_t* body;
-  size_t len;
-  const int64_t* prompt_tokens;  // nullptr: take the first choice's prompt_token_ids
-  size_t n_prompt_tokens;
-  int64_t k;
-  size_t max_depth;
-  size_t max_int_digits;
-};
 
 struct Walker {
   const uint8_t* buf;
@@ -44,6 +35,32 @@ struct Walker {
   uint8_t at(size_t p) const { return buf[idx[p]]; }
   uint8_t peek() const { return at(pos); }
   bool is_null() const { return peek() == 'n' && token_is("null"); }
+  bool take_null() {
+    if (!is_null()) return false;
+    pos++;
+    return true;
+  }
+  bool at_end() const { return pos == n; }
+
+  // At most how many elements the array at pos has (each but the last takes two index
+  // entries): reserved up front, no regrowth. Pages never written are never touched, so an
+  // overestimate costs address space, not memory.
+  size_t elements_bound() const { return (n - pos) / 2 + 1; }
+
+  // A kept logprob, rounded correctly to a double. (logprob_double, the byte walk's reader,
+  // costs this walk 7% more instructions for no time: the digit-count branches it avoids are
+  // predicted here, where a number's length comes from the index.)
+  bool number(double& out) {
+    if (pos >= n || !finite_double(buf + idx[pos], token_len(pos), out)) return false;
+    pos++;
+    return true;
+  }
+
+  bool integer(int64_t& out) {
+    if (pos >= n || !small_int(buf + idx[pos], token_len(pos), out)) return false;
+    pos++;
+    return true;
+  }
 
   // Length of the scalar token at index position p (<= n): up to the next structural byte,
   // less whitespace.
@@ -173,6 +190,16 @@ struct Walker {
         return c == ']' && (++pos, true);
       }
     }
+  }
+
+  // An array of int32 (token ids) into `out`.
+  bool int32_array(size_t depth, std::vector<int32_t>& out) {
+    return array(depth, [&] {
+      int64_t token;
+      if (!integer(token) || token < INT32_MIN || token > INT32_MAX) return false;
+      out.push_back(static_cast<int32_t>(token));
+      return true;
+    });
   }
 
   // member(key, escaped) parses the value at pos.

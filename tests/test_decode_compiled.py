@@ -1,13 +1,16 @@
-"""simdjson_nogil's own JSON validation: what its C++ walk accepts, Python's json accepts.
+"""The compiled decoders' own JSON validation: what their C++ walks accept, Python's json accepts.
 
-The walk validates every value it skips itself (simdjson indexes the bytes, the grammar check
-is ours), so seeded random edits of valid values are put where vLLM bodies have values the
-decoder skips; whenever the compiled fast path answers (instead of handing the body to the
-reference), the stdlib must parse the same body and the decode must equal the reference's.
+`simdjson_nogil` (stage 1's index, then a walk) and `onepass_nogil` (one pass over the bytes,
+with bulk checks of regular arrays) validate every value they skip themselves, so seeded random
+edits of valid values are put where vLLM bodies have values the decoders skip, and every byte
+of a small realistic body is replaced in turn; whenever a compiled fast path answers (instead
+of handing the body to the reference), the stdlib must parse the same body and the decode must
+equal the reference's. Every test runs for both; an unavailable one skips with its hint.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import numpy as np
@@ -20,31 +23,52 @@ from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, DecodeError
 from impl.harness import bodies
 
 FAMILY = "decode"
-REASON = registry.unavailable_reason(FAMILY, "simdjson_nogil")
-pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
 REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
+COMPILED = {"simdjson_nogil": "_simdjson_nogil", "onepass_nogil": "_onepass_nogil"}
+
+
+class Compiled:
+    """One compiled decoder: the registry's decoder and its extension's raw functions."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.decoder = registry.create(FAMILY, name)
+        self.ext = importlib.import_module(f"impl.decode.{COMPILED[name]}")
+
+    def fast_path(self, body: bytes, k: int = 0):
+        return self.ext.decode(body, None, k, MAX_DEPTH, MAX_INT_DIGITS)
+
+
+def _params() -> list:
+    params = []
+    for name in COMPILED:
+        reason = registry.unavailable_reason(FAMILY, name)
+        marks = [pytest.mark.skip(reason=str(reason))] if reason is not None else []
+        params.append(pytest.param(name, id=name, marks=marks))
+    return params
+
+
+@pytest.fixture(params=_params())
+def compiled(request) -> Compiled:
+    return Compiled(request.param)
+
 
 NUMBERS = b"[-0.5,1,-0,0,10,-12.5E-7,1E+2,0.5e-3,-0.0,1e5,2e-308,123456789012345678901234567890]"
 ALPHABET = b'{}[]:,"01-+.eEtrufalsnx\\ /u'
 
 
-def fast_path(body: bytes, k: int = 0):
-    from impl.decode import _simdjson_nogil
-
-    return _simdjson_nogil.decode(body, None, k, MAX_DEPTH, MAX_INT_DIGITS)
-
-
 @pytest.mark.parametrize("base", [GOOD_VALUES, NUMBERS], ids=["every-value", "numbers"])
-@pytest.mark.parametrize("place", ["top-logprobs", "usage", "text-offset"])
-def test_accepts_only_what_python_accepts(base, place):
+@pytest.mark.parametrize("place", ["top-logprobs", "usage", "text-offset", "tokens"])
+def test_accepts_only_what_python_accepts(base, place, compiled):
     small = bodies.body_for(3, kind="vllm", n=2, seed=5)
     after, template = {
+        "tokens": (b'"tokens":[', b"%s,"),
         "top-logprobs": (b'"top_logprobs":[', b"%s,"),
         "usage": (b'"usage":{', b'"x":%s,'),
         "text-offset": (b'"text_offset":[', b"%s,"),
     }[place]
     at = small.index(after) + len(after)
-    decoder = registry.create(FAMILY, "simdjson_nogil")
+    decoder = compiled.decoder
     answered = valid = 0
     for value in mutants(seed=len(base) + len(place), count=1500, base=base, alphabet=ALPHABET):
         body = small[:at] + template % value + small[at:]
@@ -52,32 +76,99 @@ def test_accepts_only_what_python_accepts(base, place):
             json.loads(body)
             valid += 1
         except ValueError:
-            assert fast_path(body) is None, f"accepted invalid JSON {value!r}"
+            assert compiled.fast_path(body) is None, f"accepted invalid JSON {value!r}"
             with pytest.raises(DecodeError):
                 decoder.decode(body)
             continue
-        if fast_path(body) is not None:
+        if compiled.fast_path(body) is not None:
             answered += 1
             assert_same(decoder.decode(body), REFERENCE.decode(body))
     assert valid > 50 and answered > valid // 2  # both outcomes really exercised
 
 
-def test_limits_are_the_reference_s():
+SUBSTITUTES = [bytes([c]) for c in b'"\\,:{}[]0159-+.eE tn\x00\x1f\x7f'] + [b"\xc3", b"\x80"]
+
+
+def test_every_byte_replaced_or_dropped(compiled):
+    """Each byte of a realistic 48-token body (its arrays span several of onepass_nogil's
+    64-byte bulk windows) replaced by each of 21 bytes, or dropped: the fast path answers only
+    for what Python's json parses, and then exactly as the reference."""
+    body = bodies.body_for(48, kind="vllm", seed=7)
+    assert body.count(b",") > 250
+    answered = rejected = 0
+    for at in range(len(body)):
+        for new in [b"", *SUBSTITUTES]:
+            case = body[:at] + new + body[at + 1 :]
+            if case == body:
+                continue
+            fast = compiled.fast_path(case)
+            try:
+                json.loads(case)
+            except ValueError:
+                assert fast is None, (at, new, case[max(at - 20, 0) : at + 20])
+                rejected += 1
+                continue
+            if fast is not None:
+                answered += 1
+                assert_same(compiled.decoder.decode(case), REFERENCE.decode(case))
+    assert answered > 1000 and rejected > 1000  # both outcomes really exercised
+
+
+TOKEN_IDS = [b"2147483647", b"2147483648", b"4294967297", b"18446744073709551617", b"-1", b"00"]
+TOKEN_IDS += [b"9" * n for n in (10, 18, 19, 20, 40)] + [b"1.0", b"1e2", b'"7"', b"null"]
+
+
+@pytest.mark.parametrize("where", [0, 5, 30])
+def test_token_ids_out_of_int32_or_not_integers(where, compiled):
+    """A token id that is not an int32 integer, first, inside the first 64-byte run of ids, or
+    further in: the reference's answer (DecodeError or the same arrays), never a wrapped id."""
+    body = bodies.body_for(40, kind="vllm", seed=9)
+    head, ids = body.split(b'"token_ids":[', 1)
+    ids, tail = ids.split(b"]", 1)
+    for value in TOKEN_IDS:
+        items = ids.split(b",")
+        items[where] = value
+        case = head + b'"token_ids":[' + b",".join(items) + b"]" + tail
+        try:
+            want = REFERENCE.decode(case)
+        except DecodeError:
+            assert compiled.fast_path(case) is None, value
+            with pytest.raises(DecodeError):
+                compiled.decoder.decode(case)
+            continue
+        assert_same(compiled.decoder.decode(case), want)
+
+
+def test_buffers_reused_between_different_bodies(compiled):
+    """The per-thread result buffers carry nothing from one body to the next: long and short
+    bodies, one and two choices, with and without prompt logprobs, in turn."""
+    cases = [
+        (bodies.body_for(5000, kind="vllm", seed=1), 0),
+        (bodies.body_for(7, kind="vllm", n=3, prompt_logprobs=2, seed=2), 2),
+        (bodies.body_for(40, kind="minimal", n=2, seed=3), 0),
+        (bodies.body_for(0, kind="vllm", seed=4), 0),
+    ]
+    for body, k in cases + cases[::-1]:
+        want = REFERENCE.decode(body, topk_prompt_logprobs=k)
+        assert_same(compiled.decoder.decode(body, topk_prompt_logprobs=k), want)
+
+
+def test_limits_are_the_reference_s(compiled):
     """Nesting deeper than MAX_DEPTH and integers longer than MAX_INT_DIGITS: never answered."""
     body = bodies.body_for(3, kind="vllm", seed=1)[:-1]
     for depth, answered in ((MAX_DEPTH, True), (MAX_DEPTH + 1, False)):
         nested = b"[" * (depth - 1) + b"]" * (depth - 1)
-        assert (fast_path(body + b',"x":' + nested + b"}") is not None) is answered
+        assert (compiled.fast_path(body + b',"x":' + nested + b"}") is not None) is answered
     for digits, answered in ((MAX_INT_DIGITS, True), (MAX_INT_DIGITS + 1, False)):
-        assert (fast_path(body + b',"x":-' + b"9" * digits + b"}") is not None) is answered
+        assert (compiled.fast_path(body + b',"x":-' + b"9" * digits + b"}") is not None) is answered
 
 
-def test_fast_path_answers_realistic_bodies():
+def test_fast_path_answers_realistic_bodies(compiled):
     """No hand-over on generator bodies, prompt logprobs with top-k included."""
     for kind in ("minimal", "vllm"):
         for k in (0, 2):
             body = bodies.body_for(50, kind=kind, n=2, prompt_logprobs=k, seed=3)
-            assert fast_path(body, k) is not None
+            assert compiled.fast_path(body, k) is not None
 
 
 def _prompt_of(body: bytes) -> list[int]:
@@ -101,10 +192,10 @@ def _prompt_of(body: bytes) -> list[int]:
     ids=["list", "tuple", "int64", "int32", "uint64", "np-ints", "bool", "floats", "short", "big"],
 )
 @pytest.mark.parametrize("k", [0, 2])
-def test_prompt_tokens_argument_in_every_form(convert, k):
+def test_prompt_tokens_argument_in_every_form(convert, k, compiled):
     body = bodies.body_for(20, kind="vllm", n=2, prompt_len=6, prompt_logprobs=2, seed=4)
     prompt = convert(_prompt_of(body))
-    decoder = registry.create(FAMILY, "simdjson_nogil")
+    decoder = compiled.decoder
     try:
         want = REFERENCE.decode(body, prompt_tokens=prompt, topk_prompt_logprobs=k)
     except DecodeError:
@@ -115,37 +206,37 @@ def test_prompt_tokens_argument_in_every_form(convert, k):
 
 
 @pytest.mark.parametrize("k", [-1, 0, 1, 5, 1 << 17])
-def test_topk_argument_values(k):
+def test_topk_argument_values(k, compiled):
     body = bodies.body_for(20, kind="vllm", prompt_len=6, prompt_logprobs=2, seed=6)
-    decoder = registry.create(FAMILY, "simdjson_nogil")
+    decoder = compiled.decoder
     want = REFERENCE.decode(body, topk_prompt_logprobs=k)
     assert_same(decoder.decode(body, topk_prompt_logprobs=k), want)
 
 
-def test_body_types_and_page_ends():
+def test_body_types_and_page_ends(compiled):
     """bytes, bytearray and memoryview bodies; bodies ending at every offset of a page."""
-    decoder = registry.create(FAMILY, "simdjson_nogil")
+    decoder = compiled.decoder
     body = bodies.body_for(40, kind="minimal", seed=2)
     want = REFERENCE.decode(body)
     for form in (bytes, bytearray, memoryview):
         assert_same(decoder.decode(form(body)), want)
     for pad in range(0, 4200, 61):  # the copy-or-not decision near a page boundary
         padded = body[:-1] + b" " * pad + b"}"
-        assert fast_path(padded) is not None
+        assert compiled.fast_path(padded) is not None
         assert_same(decoder.decode(padded), want)
 
 
-def test_escapes_and_digit_runs_at_every_offset():
+def test_escapes_and_digit_runs_at_every_offset(compiled):
     """Strings and numbers of every length around the word-at-a-time scans' 8-byte steps."""
     body = bodies.body_for(3, kind="vllm", seed=1)
     at = body.index(b'"tokens":[') + len(b'"tokens":[')
-    decoder = registry.create(FAMILY, "simdjson_nogil")
+    decoder = compiled.decoder
     for length in range(12):
         for where in range(length):
             for escape, valid in ((b"\\n", True), (b"\\x", False), (b'\\"', True)):
                 text = b"a" * where + escape + b"b" * (length - where - 1)
                 case = body[:at] + b'"' + text + b'",' + body[at:]
-                assert (fast_path(case) is not None) is valid, text
+                assert (compiled.fast_path(case) is not None) is valid, text
                 if valid:
                     assert_same(decoder.decode(case), REFERENCE.decode(case))
     for length in range(1, 22):
@@ -158,7 +249,7 @@ def test_escapes_and_digit_runs_at_every_offset():
             (b"0" + b"1" * length, False),
         ):
             case = body[:at] + value + b"," + body[at:]
-            assert (fast_path(case) is not None) is valid, value
+            assert (compiled.fast_path(case) is not None) is valid, value
 
 
 def _python_number(token: bytes) -> float | None:
@@ -269,14 +360,12 @@ EDGE_NUMBERS = [
 
 
 @pytest.mark.parametrize("source", ["edges", "random"])
-def test_logprob_numbers_read_exactly(source):
+def test_logprob_numbers_read_exactly(source, compiled):
     """The kept-number reader gives Python's double bit for bit, or hands over (never a guess)."""
-    from impl.decode import _simdjson_nogil
-
     tokens = EDGE_NUMBERS if source == "edges" else _random_tokens(seed=14, count=4000)
     answered = 0
     for token in (t for t in tokens if t.strip() == t):  # a token in a body has no spaces
-        got = _simdjson_nogil.number(token)
+        got = compiled.ext.number(token)
         want = _python_number(token)
         if got is None:
             assert want is None or _not_sure(token), token
@@ -286,10 +375,10 @@ def test_logprob_numbers_read_exactly(source):
     assert answered > len(tokens) // 2
 
 
-def test_logprob_numbers_in_a_body_match_the_reference():
+def test_logprob_numbers_in_a_body_match_the_reference(compiled):
     """The same numbers as token_logprobs of a body: the decode equals the reference's."""
     tokens = [t for t in EDGE_NUMBERS + _random_tokens(seed=15, count=500) if t.strip() == t]
-    decoder = registry.create(FAMILY, "simdjson_nogil")
+    decoder = compiled.decoder
     for token in tokens:
         body = (
             b'{"choices":[{"index":0,"token_ids":[7,8],"logprobs":{"text_offset":[0,1],'
@@ -298,7 +387,7 @@ def test_logprob_numbers_in_a_body_match_the_reference():
         try:
             want = REFERENCE.decode(body)
         except DecodeError:
-            assert fast_path(body) is None, token
+            assert compiled.fast_path(body) is None, token
             with pytest.raises(DecodeError):
                 decoder.decode(body)
             continue
@@ -306,7 +395,7 @@ def test_logprob_numbers_in_a_body_match_the_reference():
 
 
 @pytest.mark.parametrize("place", ["text-offset", "usage", "top-logprobs"])
-def test_skipped_numbers_in_arrays_and_objects(place):
+def test_skipped_numbers_in_arrays_and_objects(place, compiled):
     """Skipped numbers (array-of-scalars loop and the general loop): valid exactly when Python
     says so, at the 32-byte quick check's edge and at MAX_INT_DIGITS."""
     small = bodies.body_for(3, kind="vllm", n=2, seed=5)
@@ -316,7 +405,7 @@ def test_skipped_numbers_in_arrays_and_objects(place):
         "text-offset": (b'"text_offset":[', b"%s,"),
     }[place]
     at = small.index(after) + len(after)
-    decoder = registry.create(FAMILY, "simdjson_nogil")
+    decoder = compiled.decoder
     digits = MAX_INT_DIGITS
     values = [*EDGE_NUMBERS, b"1" * digits, b"-" + b"1" * digits, b"1" * (digits + 1)]
     values += [b"1" * digits + b".5", b"1" * (digits + 1) + b"e5"]  # floats: no digit limit
@@ -329,7 +418,7 @@ def test_skipped_numbers_in_arrays_and_objects(place):
             python_valid = _within_int_limit(value)
         except ValueError:
             python_valid = False
-        assert (fast_path(body) is not None) is python_valid, value[:40]
+        assert (compiled.fast_path(body) is not None) is python_valid, value[:40]
         if python_valid:
             assert_same(decoder.decode(body), REFERENCE.decode(body))
         else:
@@ -362,10 +451,10 @@ ESCAPE_CASES = [  # string content (between the quotes), valid for Python's json
 
 
 @pytest.mark.parametrize("where", ["tokens", "key", "text", "end"])
-def test_escapes_at_string_ends(where):
+def test_escapes_at_string_ends(where, compiled):
     """The whole-body escape check agrees with Python's json wherever a string sits."""
     small = bodies.body_for(3, kind="vllm", n=2, seed=5)
-    decoder = registry.create(FAMILY, "simdjson_nogil")
+    decoder = compiled.decoder
     for content, valid in ESCAPE_CASES:
         string = b'"' + content + b'"'
         if where == "tokens":
@@ -385,10 +474,10 @@ def test_escapes_at_string_ends(where):
             python_valid = False
         assert python_valid is valid, content
         if not valid:
-            assert fast_path(body) is None, content
+            assert compiled.fast_path(body) is None, content
             with pytest.raises(DecodeError):
                 decoder.decode(body)
         else:
             assert_same(decoder.decode(body), REFERENCE.decode(body))
             if b"\\ud8" not in content.lower() and b"\\udc" not in content.lower():
-                assert fast_path(body) is not None, content
+                assert compiled.fast_path(body) is not None, content

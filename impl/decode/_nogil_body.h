@@ -1,6 +1,7 @@
-// impl.decode._simdjson_nogil, part 3 of 4: the vLLM body's shape, read over the walk.
+// impl.decode's compiled decoders: the vLLM body's shape, read over a walk.
 //
-// `Reader` adds to the grammar walk (_simdjson_nogil_walk.h) what the Completion keeps: the
+// `Reader` adds to a grammar walk (`Walker`: the index walk of _simdjson_nogil_walk.h or the
+// byte walk of _onepass_walk.h, whichever the module included first) what the Completion keeps: the
 // choices in index order with their `token_ids`, `token_logprobs` and finish reason, and the
 // first choice's prompt logprobs with top-k rows. Every other value goes through `skip`.
 // Anything unexpected (a wrong type, an escaped or duplicated key it reads, a length
@@ -13,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "_simdjson_nogil_walk.h"
+#include "_nogil_request.h"
 
 namespace nogil {
 
@@ -25,38 +26,40 @@ struct Choice {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   bool stop = false;
-  size_t prompt_logprobs = 0;   // index position of the value + 1; 0 = absent or null
+  size_t prompt_logprobs = 0;   // position of the value + 1; 0 = absent or null
   size_t prompt_token_ids = 0;  // likewise (null counts as present, as in the reference)
 };
 
+// What a decode found. Kept per thread and reused: its vectors keep their capacity, so a
+// second decode of a large body writes into pages already there (no page faults).
 struct Result {
-  std::vector<Choice> choices;
+  std::vector<Choice> choices;  // the first `n` are this decode's, in body order
+  size_t n = 0;
+  std::vector<size_t> order;    // their positions in `index` order (set by Reader::finish)
   bool has_prompt = false;
   std::vector<float> prompt;
   std::vector<int32_t> topk_ids;
   std::vector<float> topk_lps;
+
+  void clear() {
+    n = 0;
+    has_prompt = false;
+  }
+  Choice& add() {
+    if (n == choices.size()) choices.emplace_back();
+    Choice& c = choices[n++];
+    c.index = 0;
+    c.tokens.clear();
+    c.logprobs.clear();
+    c.stop = false;
+    c.prompt_logprobs = c.prompt_token_ids = 0;
+    return c;
+  }
 };
 
 struct Reader : Walker {
-  // At most how many elements the array at pos has (each but the last takes two index
-  // entries): reserved up front, no regrowth. Pages never written are never touched, so an
-  // overestimate costs address space, not memory.
-  size_t elements_bound() const { return (n - pos) / 2 + 1; }
-
-  bool number(double& out) {
-    if (pos >= n || !finite_double(buf + idx[pos], token_len(pos), out)) return false;
-    pos++;
-    return true;
-  }
-
-  bool integer(int64_t& out) {
-    if (pos >= n || !small_int(buf + idx[pos], token_len(pos), out)) return false;
-    pos++;
-    return true;
-  }
-
   bool logprobs(Choice& choice) {  // the value of "logprobs" (in a choice, itself at depth 3)
-    if (is_null()) return ++pos, true;
+    if (take_null()) return true;
     if (peek() != '{') return false;
     bool seen = false;
     return object(4, [&](std::string_view key, bool escaped) {
@@ -64,16 +67,12 @@ struct Reader : Walker {
       if (key != "token_logprobs") return skip(4);
       if (seen) return false;
       seen = true;
-      if (is_null()) return ++pos, true;
+      if (take_null()) return true;
       if (peek() != '[') return false;
       choice.logprobs.reserve(elements_bound());
       return array(5, [&] {
         double value = 0.0;
-        if (is_null()) {
-          pos++;
-        } else if (!number(value)) {
-          return false;
-        }
+        if (!take_null() && !number(value)) return false;
         choice.logprobs.push_back(static_cast<float>(value));  // double, then float32
         return true;
       });
@@ -98,15 +97,10 @@ struct Reader : Walker {
         case 0:
           return has_index = integer(out.index);
         case 1:
-          if (is_null()) return ++pos, true;
+          if (take_null()) return true;
           if (peek() != '[') return false;
           out.tokens.reserve(elements_bound());
-          return array(4, [&] {
-            int64_t token;
-            if (!integer(token) || token < INT32_MIN || token > INT32_MAX) return false;
-            out.tokens.push_back(static_cast<int32_t>(token));
-            return true;
-          });
+          return int32_array(4, out.tokens);
         case 2:
           return logprobs(out);
         case 3:
@@ -137,7 +131,20 @@ struct Reader : Walker {
     return true;
   }
 
-  bool root(std::vector<Choice>& choices) {
+  // The whole body: root, then the choices put in `index` order (stably) and the first one's
+  // prompt logprobs read.
+  bool body(Result& out) {
+    if (!root(out)) return false;
+    out.order.resize(out.n);
+    for (size_t i = 0; i < out.n; i++) out.order[i] = i;
+    std::stable_sort(out.order.begin(), out.order.end(), [&](size_t a, size_t b) {
+      return out.choices[a].index < out.choices[b].index;
+    });
+    const Choice* first = out.n ? &out.choices[out.order[0]] : nullptr;
+    return first == nullptr || first->prompt_logprobs == 0 || prompt(*first, out);
+  }
+
+  bool root(Result& result) {
     if (peek() != '{') return false;
     bool seen = false;
     bool ok = object(1, [&](std::string_view key, bool escaped) {
@@ -146,11 +153,10 @@ struct Reader : Walker {
       if (seen || peek() != '[') return false;
       seen = true;
       return array(2, [&] {
-        choices.emplace_back();
-        return choice(choices.back());
+        return choice(result.add());
       });
     });
-    return ok && seen && pos == n;
+    return ok && seen && at_end();
   }
 
   // One member of a prompt logprob entry: {"logprob": number|null, "rank": int, ...}.
@@ -177,7 +183,7 @@ struct Reader : Walker {
       if (key == "logprob") {
         if (seen_logprob) return false;
         seen_logprob = true;
-        if (is_null()) return ++pos, true;
+        if (take_null()) return true;
         double value;
         if (peek() == '-' || is_digit(peek())) {
           if (!number(value)) return false;
@@ -228,7 +234,7 @@ struct Reader : Walker {
     bool ok = array(4, [&] {
       if (row >= n_tokens) return false;
       size_t i = row++;
-      if (is_null()) return ++pos, true;
+      if (take_null()) return true;
       if (peek() != '{') return false;
       char text[24];
       int length = std::snprintf(text, sizeof text, "%lld", static_cast<long long>(tokens[i]));
@@ -240,8 +246,7 @@ struct Reader : Walker {
         keys.push_back(key);
         bool own = key == own_key;
         if (!own && k == 0) return skip(5);
-        if (is_null()) {
-          pos++;
+        if (take_null()) {
           return k == 0;  // a null own value is skipped; with k > 0 a null item is an error
         }
         Item it;

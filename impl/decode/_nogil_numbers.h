@@ -1,19 +1,22 @@
-// impl.decode._simdjson_nogil, part 1 of 4: JSON numbers and string escapes, checked and read
-// without a branch per byte.
+// impl.decode's compiled decoders: JSON numbers and string escapes, checked and read without
+// a branch per byte.
 //
-// Every scalar token's end is known before it is read (the next structural index, less
-// whitespace), so a number is checked without a loop per byte: a short natural number
+// A number is checked once its length is known (the index walk: the next structural index,
+// less whitespace; the byte walk: the first byte that can end one): a short natural number
 // (text_offset, token ids) in one 8-byte word; the usual forms from the 32-byte digit mask of
 // two SSE2 loads and the few non-digits it points at (`quick_shape`); anything else by a mask
-// per character class (`shape`) or, past 32 bytes, byte by byte. The logprobs the Completion
-// keeps are read sixteen digits at a time (SSE2 multiply-adds) and rounded correctly by the
-// Eisel-Lemire step of simdjson's `compute_float_64` (its table, without its Clinger
-// shortcut); what that cannot decide goes to simdjson's own `parse_double`, and more than 19
-// significant digits to the reference.
+// per character class (`shape`) or, past 32 bytes, byte by byte. A kept logprob as vLLM prints
+// it (d.ddd, maybe with an exponent) is read without a branch on its digit count
+// (`logprob_double`: its fraction's digits from two 16-byte loads that end where it ends,
+// sixteen at a time by SSE2 multiply-adds) and rounded correctly by the Eisel-Lemire step of
+// simdjson's `compute_float_64` (its table, without its Clinger shortcut); any other form goes
+// the general way (`shaped_double`); what Eisel-Lemire cannot decide goes to simdjson's own
+// `parse_double`, and more than 19 significant digits to the reference.
 //
-// String escapes are checked once for the whole body (`escapes_valid`): stage 1 has already
-// found the strings, validated UTF-8 and rejected unescaped control characters inside them,
-// so the only thing left to check in a string is each backslash, and a body has few.
+// Escapes: `escape_len` checks one; the index walk checks every backslash of the body in one
+// memchr sweep (`escapes_valid`: stage 1 has already found the strings, validated UTF-8 and
+// rejected unescaped control characters in them, and a body has few backslashes), the byte
+// walk each one its string scan meets.
 #pragma once
 
 #include <simdjson.h>
@@ -59,12 +62,12 @@ inline uint32_t digits8(const uint8_t* p, unsigned k) {
   return static_cast<uint32_t>(v);
 }
 
-// The 16 ASCII digits at p as a number: SSE2 multiply-adds pair them into 2, 4, then 8 digits.
-inline uint64_t digits16(const uint8_t* p) {
 #if defined(__SSE2__)
+// 16 ASCII digits (as loaded) as a number: SSE2 multiply-adds pair them into 2, 4, then 8
+// digits.
+[[gnu::always_inline]] inline uint64_t digits16_vec(__m128i ascii) {
   __m128i zero = _mm_setzero_si128();
-  __m128i v = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
-                           _mm_set1_epi8('0'));
+  __m128i v = _mm_sub_epi8(ascii, _mm_set1_epi8('0'));
   __m128i tens = _mm_set_epi16(1, 10, 1, 10, 1, 10, 1, 10);
   __m128i pairs = _mm_packs_epi32(_mm_madd_epi16(_mm_unpacklo_epi8(v, zero), tens),
                                   _mm_madd_epi16(_mm_unpackhi_epi8(v, zero), tens));
@@ -74,6 +77,13 @@ inline uint64_t digits16(const uint8_t* p) {
   uint64_t high = static_cast<uint32_t>(_mm_cvtsi128_si32(eights));
   uint64_t low = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_srli_si128(eights, 4)));
   return high * 100000000ULL + low;
+}
+#endif
+
+// The 16 ASCII digits at p as a number.
+inline uint64_t digits16(const uint8_t* p) {
+#if defined(__SSE2__)
+  return digits16_vec(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 #else
   return uint64_t{digits8(p, 8)} * 100000000ULL + digits8(p + 8, 8);
 #endif
@@ -206,11 +216,10 @@ inline uint32_t digit_mask(const uint8_t* s) {
 // The forms numbers take in practice (-?int, -?int.frac, either with e[+-]?exp), checked
 // from the digit mask and the few non-digits it points at: about a third of `shape`'s work.
 // True only for a valid number (with `out` filled); false when not sure, for `shape` to decide.
-inline bool quick_shape(const uint8_t* s, size_t len, Shape& out) {
-  if (len > 32 || len == 0) return false;
+[[gnu::always_inline]] inline bool quick_shape_masked(const uint8_t* s, size_t len, uint32_t digits, Shape& out) {
   uint32_t span = static_cast<uint32_t>((1ULL << len) - 1);
   uint32_t negative = s[0] == '-';
-  uint32_t other = (span & ~digit_mask(s)) ^ negative;  // non-digits after the sign
+  uint32_t other = (span & ~digits) ^ negative;  // non-digits after the sign
   size_t first = other ? static_cast<size_t>(__builtin_ctz(other)) : len;
   size_t whole = first - negative;
   if (whole == 0 || (s[negative] == '0' && whole > 1)) return false;
@@ -239,6 +248,11 @@ inline bool quick_shape(const uint8_t* s, size_t len, Shape& out) {
   if (digits_at >= len) return false;
   out = Shape{len, dot, exp, negative != 0};
   return true;
+}
+
+inline bool quick_shape(const uint8_t* s, size_t len, Shape& out) {
+  if (len > 32 || len == 0) return false;
+  return quick_shape_masked(s, len, digit_mask(s), out);
 }
 
 // A non-negative integer of 1..8 digits without a leading zero (text_offset, token ids): one
@@ -329,10 +343,8 @@ inline bool eisel_lemire(int64_t power, uint64_t mantissa, bool negative, double
 // reads it as an int, so -0 is 0.0) is converted exactly; a fraction or exponent is rounded
 // correctly, by Eisel-Lemire where the significant digits fit 19, else by simdjson's parser
 // (0.ddd with more than 19 significant digits: not sure, see below).
-[[gnu::always_inline]] inline bool finite_double(const uint8_t* s, size_t len,
+[[gnu::always_inline]] inline bool shaped_double(const uint8_t* s, size_t len, const Shape& sh,
                                                  double& out) {
-  Shape sh;
-  if (!any_shape(s, len, sh)) return false;
   size_t int_digits = sh.int_digits();
   if (int_digits > 18) return false;
   if (sh.integer()) {
@@ -383,6 +395,64 @@ slow:
   return slow_double(s, out);
 }
 
+#if defined(__SSE2__)
+// The 16 bytes ending at `end`, with all but the last `keep` (0..16) replaced by '0'.
+inline __m128i last_digits(const uint8_t* end, size_t keep) {
+  alignas(16) static constexpr uint8_t kTail[32] = {
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+  __m128i mask = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kTail + keep));
+  __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(end - 16));
+  return _mm_or_si128(_mm_and_si128(mask, v), _mm_andnot_si128(mask, _mm_set1_epi8('0')));
+}
+#endif
+
+// A logprob as vLLM prints them, -?d.ddd(e[+-]dd)? with a one-digit whole part, read without
+// a branch on its digit count: the fraction's last 32 digits from two loads that end where it
+// ends (bytes before it read as '0': the caller guarantees 32 readable bytes before s), then
+// Eisel-Lemire. False when it cannot vouch (more than 19 significant digits, a long
+// exponent, a rounding it cannot decide): the caller takes the general path.
+[[gnu::always_inline]] inline bool logprob_double(const uint8_t* s, size_t len, const Shape& sh,
+                                                  double& out) {
+#if defined(__SSE2__)
+  if (sh.dot != static_cast<size_t>(sh.negative) + 1 || sh.dot >= len) return false;  // d.ddd
+  uint64_t whole = s[sh.negative] - '0';
+  const uint8_t* end = s + sh.exp;
+  size_t frac_digits = sh.exp - sh.dot - 1;
+  size_t high_keep = frac_digits > 16 ? frac_digits - 16 : 0;
+  if (high_keep > 16) return false;
+  uint64_t low = digits16_vec(last_digits(end, frac_digits < 16 ? frac_digits : 16));
+  uint64_t high = digits16_vec(last_digits(end - 16, high_keep));
+  // whole * 10^f + fraction must be the exact significand (< 10^19)
+  if (whole != 0 ? frac_digits > 18 : high >= 1000) return false;
+  uint64_t mantissa = high * 10000000000000000ULL + low +
+                      whole * kPow10[frac_digits < 19 ? frac_digits : 19];
+  int64_t power = -static_cast<int64_t>(frac_digits);
+  if (sh.exp < len) {
+    const uint8_t* p = s + sh.exp + 1;
+    bool negative_exp = *p == '-';
+    p += *p == '-' || *p == '+';
+    size_t exp_digits = static_cast<size_t>(s + len - p);
+    if (exp_digits > 3) return false;
+    int64_t magnitude = digits8(p, static_cast<unsigned>(exp_digits));
+    power += negative_exp ? -magnitude : magnitude;
+  }
+  if (mantissa == 0 || power < simdjson::internal::smallest_power ||
+      power > simdjson::internal::largest_power) {
+    return false;
+  }
+  return eisel_lemire(power, mantissa, sh.negative, out);
+#else
+  (void)s, (void)len, (void)sh, (void)out;
+  return false;
+#endif
+}
+
+[[gnu::always_inline]] inline bool finite_double(const uint8_t* s, size_t len, double& out) {
+  Shape sh;
+  return any_shape(s, len, sh) && shaped_double(s, len, sh, out);
+}
+
 inline bool hex4(const uint8_t* p, uint32_t& out) {
   uint32_t value = 0;
   for (int i = 0; i < 4; i++) {
@@ -401,6 +471,25 @@ inline bool hex4(const uint8_t* p, uint32_t& out) {
   return true;
 }
 
+// Length of the backslash escape at p (p[0] == '\\'): 2, 6 or 12 bytes; 0 when JSON does not
+// allow it (lone surrogates included, which go to the reference).
+inline size_t escape_len(const uint8_t* p) {
+  switch (p[1]) {
+    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+      return 2;
+    case 'u':
+      break;
+    default:
+      return 0;
+  }
+  uint32_t unit, low;
+  if (!hex4(p + 2, unit)) return 0;
+  if (unit >= 0xDC00 && unit <= 0xDFFF) return 0;
+  if (unit < 0xD800 || unit > 0xDBFF) return 6;
+  if (p[6] != '\\' || p[7] != 'u' || !hex4(p + 8, low) || low < 0xDC00 || low > 0xDFFF) return 0;
+  return 12;
+}
+
 // Every backslash in [buf, buf + len) starts an escape JSON allows: \" \\ \/ \b \f \n \r \t or
 // \uXXXX, with UTF-16 surrogates only as a high-low pair (Python also takes lone ones; those
 // bodies go to the reference, as with simdjson's own string parser). Inside strings that is
@@ -413,26 +502,9 @@ inline bool escapes_valid(const uint8_t* buf, size_t len) {
   while (p < end) {
     p = static_cast<const uint8_t*>(std::memchr(p, '\\', static_cast<size_t>(end - p)));
     if (p == nullptr) return true;
-    switch (p[1]) {
-      case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
-        p += 2;
-        continue;
-      case 'u':
-        break;
-      default:
-        return false;
-    }
-    uint32_t unit, low;
-    if (!hex4(p + 2, unit)) return false;
-    p += 6;
-    if (unit >= 0xDC00 && unit <= 0xDFFF) return false;
-    if (unit >= 0xD800 && unit <= 0xDBFF) {
-      if (p >= end || p[0] != '\\' || p[1] != 'u' || !hex4(p + 2, low) || low < 0xDC00 ||
-          low > 0xDFFF) {
-        return false;
-      }
-      p += 6;
-    }
+    size_t length = escape_len(p);
+    if (length == 0) return false;
+    p += length;
   }
   return true;
 }

@@ -1,0 +1,90 @@
+"""What the compiled decoders (`simdjson_nogil`, `onepass_nogil`) share on the Python side.
+
+Both extensions have the same two functions (`decode`, `number`; see
+`impl/decode/_nogil_module.h`): `CompiledDecoder` checks the arguments the extension cannot
+take (a prompt that is not plain integers, a huge top-k, a UTF-8 BOM: the reference decides
+those), calls it without the GIL, and wraps the bytearrays it returns as numpy arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from types import ModuleType
+
+import numpy as np
+
+from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, Completion, Sequence, TopK
+from impl.decode._common import as_bytes, reference
+
+API_VERSION = 4  # the extensions' API_VERSION this wrapper speaks (_nogil_module.h)
+
+_BOM = b"\xef\xbb\xbf"
+_MAX_K = 1 << 16  # a larger top-k is left to the reference (it allocates n x k either way)
+_NOT_PLAIN = object()
+
+
+def check_build(extension: ModuleType) -> ModuleType:
+    """The extension, or ImportError when it was built from an older source."""
+    if getattr(extension, "API_VERSION", None) != API_VERSION:
+        raise ImportError(f"{extension.__name__} is a stale build: reinstall hotpath")
+    return extension
+
+
+def _prompt_buffer(prompt_tokens: Seq[int] | None) -> bytes | object | None:
+    """The caller's prompt as int64 bytes; `_NOT_PLAIN` when it is not a list of plain ints."""
+    if prompt_tokens is None:
+        return None
+    if isinstance(prompt_tokens, np.ndarray):
+        if prompt_tokens.ndim != 1 or prompt_tokens.dtype.kind not in "iu":
+            return _NOT_PLAIN
+        if prompt_tokens.dtype == np.uint64 and len(prompt_tokens) and prompt_tokens.max() >> 63:
+            return _NOT_PLAIN
+        return prompt_tokens.astype(np.int64).tobytes()
+    values = list(prompt_tokens)
+    if values and set(map(type, values)) != {int}:
+        return _NOT_PLAIN
+    try:
+        return np.array(values, dtype=np.int64).tobytes()
+    except OverflowError:
+        return _NOT_PLAIN
+
+
+class CompiledDecoder:
+    """A decoder over one of the compiled extensions; it parses without the GIL."""
+
+    releases_gil = True
+
+    def __init__(self, extension: ModuleType) -> None:
+        self._ext = extension
+
+    def decode(
+        self, body: bytes, *, prompt_tokens: Seq[int] | None = None, topk_prompt_logprobs: int = 0
+    ) -> Completion:
+        body = as_bytes(body)
+        k = topk_prompt_logprobs
+        tokens = _prompt_buffer(prompt_tokens)
+        got = None
+        if tokens is not _NOT_PLAIN and type(k) is int and k <= _MAX_K and body[:3] != _BOM:
+            got = self._ext.decode(body, tokens, max(k, 0), MAX_DEPTH, MAX_INT_DIGITS)
+        if got is None:
+            return reference(body, prompt_tokens, k)
+        raw_sequences, prompt, top_ids, top_lps = got
+        sequences = [
+            Sequence(
+                np.frombuffer(ids, dtype=np.int32),
+                np.frombuffer(lps, dtype=np.float32),
+                "stop" if stop else "length",
+            )
+            for ids, lps, stop in raw_sequences
+        ]
+        if prompt is None:
+            return Completion(sequences)
+        prompt_logprobs = np.frombuffer(prompt, dtype=np.float32)
+        topk = None
+        if k > 0:
+            shape = (len(prompt_logprobs), k)
+            topk = TopK(
+                np.frombuffer(top_ids, dtype=np.int32).reshape(shape),
+                np.frombuffer(top_lps, dtype=np.float32).reshape(shape),
+            )
+        return Completion(sequences, prompt_logprobs, topk)

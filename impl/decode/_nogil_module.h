@@ -1,0 +1,138 @@
+// impl.decode's compiled decoders: the Python side, shared by _simdjson_nogil.cpp and
+// _onepass_nogil.cpp. Each module defines `bool decode(const Request&, Result&)` (run without
+// the GIL) and includes this file, then creates its module with `create_module`.
+//
+// decode(body: bytes, prompt_tokens: bytes | None, k: int, max_depth: int, max_int_digits: int)
+//   -> None when the fast path cannot vouch for the body (the caller asks the reference), or
+//   -> (sequences, prompt_logprobs, topk_token_ids, topk_logprobs) where sequences is a list of
+//      (int32 bytearray, float32 bytearray, is_stop) in index order and the other three are
+//      bytearrays or None. prompt_tokens, when given, is the caller's prompt as int64 bytes.
+// number(token: bytes) -> float | None: one token read as a kept logprob (for tests).
+#pragma once
+
+#include <Python.h>  // after PY_SSIZE_T_CLEAN, first in the module
+#include <simdjson.h>
+
+#include <vector>
+
+#include "_nogil_body.h"
+
+namespace {
+
+using namespace nogil;
+
+bool decode(const Request& rq, Result& out);
+
+template <typename T>
+PyObject* as_bytearray(const std::vector<T>& values) {
+  return PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(values.data()),
+                                       static_cast<Py_ssize_t>(values.size() * sizeof(T)));
+}
+
+PyObject* to_python(const Result& result) {
+  PyObject* sequences = PyList_New(static_cast<Py_ssize_t>(result.n));
+  if (sequences == nullptr) return nullptr;
+  for (size_t i = 0; i < result.n; i++) {
+    const Choice& choice = result.choices[result.order[i]];
+    PyObject* item = Py_BuildValue("(NNO)", as_bytearray(choice.tokens),
+                                   as_bytearray(choice.logprobs),
+                                   choice.stop ? Py_True : Py_False);
+    if (item == nullptr) {
+      Py_DECREF(sequences);
+      return nullptr;
+    }
+    PyList_SET_ITEM(sequences, static_cast<Py_ssize_t>(i), item);
+  }
+  if (!result.has_prompt) return Py_BuildValue("(NOOO)", sequences, Py_None, Py_None, Py_None);
+  return Py_BuildValue("(NNNN)", sequences, as_bytearray(result.prompt),
+                       as_bytearray(result.topk_ids), as_bytearray(result.topk_lps));
+}
+
+PyObject* py_decode(PyObject*, PyObject* args) {
+  PyObject* body;
+  PyObject* prompt_tokens;
+  long long k, max_depth, max_int_digits;
+  if (!PyArg_ParseTuple(args, "SOLLL:decode", &body, &prompt_tokens, &k, &max_depth,
+                        &max_int_digits)) {
+    return nullptr;
+  }
+  Request rq{};
+  rq.body = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(body));
+  rq.len = static_cast<size_t>(PyBytes_GET_SIZE(body));
+  rq.k = k;
+  rq.max_depth = max_depth > 0 ? static_cast<size_t>(max_depth) : 1;
+  rq.max_int_digits = max_int_digits > 0 ? static_cast<size_t>(max_int_digits) : 1;
+  if (prompt_tokens != Py_None) {
+    if (!PyBytes_Check(prompt_tokens)) {
+      PyErr_SetString(PyExc_TypeError, "prompt_tokens must be int64 bytes or None");
+      return nullptr;
+    }
+    rq.prompt_tokens = reinterpret_cast<const int64_t*>(PyBytes_AS_STRING(prompt_tokens));
+    rq.n_prompt_tokens = static_cast<size_t>(PyBytes_GET_SIZE(prompt_tokens)) / sizeof(int64_t);
+  }
+  if (rq.len == 0) Py_RETURN_NONE;
+  thread_local Result result;  // reused: its vectors keep their pages from call to call
+  result.clear();
+  bool ok = false;
+  Py_BEGIN_ALLOW_THREADS
+  try {
+    ok = decode(rq, result);
+  } catch (...) {  // std::bad_alloc from a vector: the reference decides (and reports)
+    ok = false;
+  }
+  Py_END_ALLOW_THREADS
+  if (!ok) Py_RETURN_NONE;
+  return to_python(result);
+}
+
+// number(token: bytes) -> float | None: the token read as the walk reads a kept logprob (None
+// where the walk would hand the body to the reference). For tests: it shows the double itself,
+// before the float32 rounding that could hide a wrong last bit.
+PyObject* py_number(PyObject*, PyObject* token) {
+  if (!PyBytes_Check(token)) {
+    PyErr_SetString(PyExc_TypeError, "token must be bytes");
+    return nullptr;
+  }
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(token));
+  size_t len = static_cast<size_t>(PyBytes_GET_SIZE(token));
+  // 32 bytes before the token (logprob_double reads them) and padding after it, as in a body.
+  std::vector<uint8_t> padded(32, ' ');
+  padded.insert(padded.end(), data, data + len);
+  padded.resize(32 + len + simdjson::SIMDJSON_PADDING, ' ');
+  const uint8_t* s = padded.data() + 32;
+  Shape sh;
+  double value;
+  if (len == 0 || !any_shape(s, len, sh) ||
+      !(logprob_double(s, len, sh, value) || shaped_double(s, len, sh, value))) {
+    Py_RETURN_NONE;
+  }
+  return PyFloat_FromDouble(value);
+}
+
+PyMethodDef methods[] = {
+    {"number", py_number, METH_O,
+     "number(token) -> float, or None where the walk would hand the body to the reference."},
+    {"decode", py_decode, METH_VARARGS,
+     "decode(body, prompt_tokens, k, max_depth, max_int_digits) -> buffers, or None when the "
+     "reference must decide. Parses without the GIL."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+// The module `name` with `doc`, the two functions and its constants. API_VERSION: bumped
+// whenever the functions or their results change, so a stale build left in the tree reads as
+// unavailable instead of failing at the first call.
+PyObject* create_module(PyModuleDef& def, const char* name, const char* doc) {
+  def = {PyModuleDef_HEAD_INIT, name, doc, -1, methods, nullptr, nullptr, nullptr, nullptr};
+  PyObject* m = PyModule_Create(&def);
+  if (m == nullptr) return nullptr;
+#define HOTPATH_STR(x) #x
+#define HOTPATH_XSTR(x) HOTPATH_STR(x)
+  if (PyModule_AddStringConstant(m, "SIMDJSON_VERSION", HOTPATH_XSTR(SIMDJSON_VERSION)) < 0 ||
+      PyModule_AddIntConstant(m, "API_VERSION", 4) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
+
+}  // namespace

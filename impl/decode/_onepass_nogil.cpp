@@ -1,0 +1,53 @@
+// impl.decode._onepass_nogil: the module (its Python side is _nogil_module.h). A vLLM completion
+// body -> the Completion's raw buffers, without the GIL, in one pass over the bytes
+// (_onepass_walk.h): no stage 1 and no index; the walk itself checks the JSON grammar of the
+// whole body, strings (escapes, control characters, UTF-8) included, and parses only the
+// numbers the Completion keeps (_nogil_body.h, _nogil_numbers.h). It accepts exactly what
+// _simdjson_nogil accepts and answers None (the reference decides) where that does.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "_onepass_walk.h"  // the Walker the Reader of _nogil_module.h walks with
+#include "_nogil_module.h"
+
+namespace {
+
+constexpr size_t kPadding = 64;  // the walk reads up to this many bytes past a position <= len
+
+size_t page_size() {
+  static const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+bool decode(const Request& rq, Result& out) {
+  thread_local std::vector<uint8_t> padded, closers;
+  // A bytes object ends with a NUL, which no rule accepts; the bytes after it are read but
+  // never decide anything. The body is copied (NUL-padded) only when those reads would cross
+  // into the next page.
+  const uint8_t* buf = rq.body;
+  uintptr_t last = reinterpret_cast<uintptr_t>(buf + rq.len - 1);
+  if (last % page_size() + kPadding >= page_size()) {
+    padded.assign(buf, buf + rq.len);
+    padded.resize(rq.len + kPadding, 0);
+    buf = padded.data();
+  }
+  closers.resize(rq.max_depth + 2);
+  Reader walk{{buf, rq.len, rq, closers.data()}};
+  walk.ws();
+  return walk.body(out);
+}
+
+PyModuleDef module;
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__onepass_nogil() {
+  return create_module(module, "_onepass_nogil",
+                       "One pass over the bytes, no index: vLLM completion bodies decoded "
+                       "without the GIL.");
+}

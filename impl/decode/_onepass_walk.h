@@ -1,0 +1,448 @@
+// impl.decode._onepass_nogil's walk: one pass over the body's bytes, no structural index.
+//
+// The same grammar walk as _simdjson_nogil_walk.h (same interface, so _nogil_body.h reads the
+// body over either), but reading the bytes directly: `pos` is always at the first byte of the
+// next token, past any whitespace. A string is found and checked 16 bytes a step (its closing
+// quote, escapes, control characters; UTF-8 by simdjson's validator only when it has a byte
+// >= 0x80); a number's end is the first byte valid JSON can follow it with, and its grammar
+// is checked from the same two 16-byte loads (_nogil_numbers.h). Nothing is indexed first, so
+// there is no 4-bytes-per-token index to write and read back, but each token's end is known
+// only once the token before it is read: a chain from token to token. Where a body is long and
+// regular, arrays break that chain: runs of natural numbers (text_offset, token_ids) and of
+// plain ASCII strings (tokens) are checked 64 bytes at a time from comma and quote masks, and
+// each run ends at its last comma so it holds only whole elements; anything they doubt goes
+// through the token-at-a-time path, which decides.
+//
+// Reads: up to 64 bytes past a position at or before the end (the caller pads, see decode),
+// and the byte at the end must be one no rule accepts (a NUL).
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+#include "_nogil_numbers.h"
+#include "_nogil_request.h"
+
+namespace nogil {
+
+#if defined(__SSE2__)
+inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+#endif
+
+struct Walker {
+  const uint8_t* buf;
+  size_t len;
+  const Request& rq;
+  uint8_t* closers;  // skip()'s stack: the closing byte of each open container, by depth
+  size_t pos = 0;  // always at a byte other than whitespace (or at len)
+
+  uint8_t peek() const { return buf[pos]; }
+  void ws() {
+    while (is_ws(buf[pos])) pos++;
+  }
+  void step() {
+    pos++;
+    if (is_ws(buf[pos])) ws();
+  }
+  bool at_end() const { return pos == len; }
+  bool is_null() const { return peek() == 'n' && std::memcmp(buf + pos, "null", 4) == 0; }
+  bool take_null() {
+    if (!is_null()) return false;
+    pos += 3;
+    step();
+    return true;
+  }
+  size_t elements_bound() const { return (len - pos) / 2 + 1; }
+
+  // The string whose opening quote is at p: true with `end` just past its closing quote, its
+  // content checked: no control character, every escape valid, UTF-8 valid (by simdjson's
+  // validator, only for a string with a byte >= 0x80). 16 bytes a step.
+  bool string_at(size_t p, size_t& end, bool& escaped) const {
+    const uint8_t* s = buf + p + 1;
+    const uint8_t* q = s;
+    escaped = false;
+    uint32_t high = 0;
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'),
+                  space = _mm_set1_epi8(0x20);
+    while (true) {
+      __m128i v = load16(q);
+      uint32_t upper = static_cast<uint32_t>(_mm_movemask_epi8(v));  // bytes >= 0x80
+      uint32_t m = static_cast<uint32_t>(_mm_movemask_epi8(
+                       _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)))) |
+                   (static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmplt_epi8(v, space))) & ~upper);
+      if (m == 0) {
+        high |= upper;
+        q += 16;
+        continue;
+      }
+      unsigned at = static_cast<unsigned>(__builtin_ctz(m));
+      high |= upper & ((1u << at) - 1);
+      q += at;
+      if (*q == '"') break;
+      if (*q != '\\') return false;  // a control character (or the NUL past the end)
+      size_t e = escape_len(q);
+      if (e == 0) return false;
+      escaped = true;
+      q += e;
+    }
+#else
+    while (true) {
+      uint8_t c = *q;
+      if (c == '"') break;
+      if (c == '\\') {
+        size_t e = escape_len(q);
+        if (e == 0) return false;
+        escaped = true;
+        q += e;
+        continue;
+      }
+      if (c < 0x20) return false;
+      high |= c >> 7;
+      q++;
+    }
+#endif
+    if (high != 0 &&
+        !simdjson::validate_utf8(reinterpret_cast<const char*>(s), static_cast<size_t>(q - s))) {
+      return false;
+    }
+    end = static_cast<size_t>(q + 1 - buf);
+    return true;
+  }
+
+  bool string(const uint8_t*& s, const uint8_t*& e, bool& escaped) {
+    size_t end;
+    if (peek() != '"' || !string_at(pos, end, escaped)) return false;
+    s = buf + pos + 1;
+    e = buf + end - 1;
+    pos = end;
+    if (is_ws(buf[pos])) ws();
+    return true;
+  }
+  bool skip_string() {
+    size_t end;
+    bool escaped;
+    if (!string_at(pos, end, escaped)) return false;
+    pos = end;
+    if (is_ws(buf[pos])) ws();
+    return true;
+  }
+
+  // The number token at s: its length (to the first byte valid JSON can follow a number with:
+  // ',', ']', '}', whitespace, or the NUL past the end; anything else in between fails its
+  // grammar) and its shape, from one 32-byte load pair; false when it is not a JSON number.
+  [[gnu::always_inline]] static bool number_token(const uint8_t* s, size_t& len, Shape& sh) {
+#if defined(__SSE2__)
+    __m128i lo = load16(s), hi = load16(s + 16);
+    uint32_t term = ends(lo) | ends(hi) << 16;
+    if (term != 0) {
+      len = static_cast<size_t>(__builtin_ctz(term));
+      if (len == 0) return false;
+      return quick_shape_masked(s, len, bytes_digit(lo, hi), sh) || shape(s, len, sh);
+    }
+    len = 32;
+    while (true) {
+      uint32_t more = ends(load16(s + len));
+      if (more) {
+        len += static_cast<size_t>(__builtin_ctz(more));
+        return shape_long(s, len, sh);
+      }
+      len += 16;
+    }
+#else
+    len = 0;
+    while (!(s[len] == ',' || (s[len] | 0x20) == '}' || s[len] <= ' ' || s[len] >= 0x80)) len++;
+    return len != 0 && shape_long(s, len, sh);
+#endif
+  }
+#if defined(__SSE2__)
+  static uint32_t ends(__m128i v) {
+    __m128i end = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(',')),
+                               _mm_cmpeq_epi8(_mm_or_si128(v, _mm_set1_epi8(0x20)),
+                                              _mm_set1_epi8('}')));
+    end = _mm_or_si128(end, _mm_cmplt_epi8(v, _mm_set1_epi8(0x21)));
+    return static_cast<uint32_t>(_mm_movemask_epi8(end));
+  }
+#endif
+
+  // The scalar at pos (not a string): checked, stepped over.
+  bool skip_scalar() {
+    const uint8_t* s = buf + pos;
+    size_t length;
+    switch (*s) {
+      case 't': length = 4; if (std::memcmp(s, "true", 4) != 0) return false; break;
+      case 'f': length = 5; if (std::memcmp(s, "false", 5) != 0) return false; break;
+      case 'n': length = 4; if (std::memcmp(s, "null", 4) != 0) return false; break;
+      default: {
+        Shape sh;
+        if (!number_token(s, length, sh) ||
+            (sh.integer() && sh.int_digits() > rq.max_int_digits)) {
+          return false;
+        }
+      }
+    }
+    pos += length;
+    if (is_ws(buf[pos])) ws();
+    return true;
+  }
+
+  bool number(double& out) {
+    const uint8_t* s = buf + pos;
+    size_t length;
+    Shape sh;
+    if (!number_token(s, length, sh)) return false;
+    // logprob_double reads 32 bytes before s: any kept number is further into the body.
+    if (!(pos >= 32 && logprob_double(s, length, sh, out)) && !shaped_double(s, length, sh, out)) {
+      return false;
+    }
+    pos += length;
+    if (is_ws(buf[pos])) ws();
+    return true;
+  }
+
+  bool integer(int64_t& out) {
+    const uint8_t* s = buf + pos;
+    size_t length;
+    Shape sh;
+    if (!number_token(s, length, sh) || !sh.integer() || sh.int_digits() > 18) return false;
+    int64_t value = static_cast<int64_t>(digits19(s + sh.negative, sh.int_digits()));
+    out = sh.negative ? -value : value;
+    pos += length;
+    if (is_ws(buf[pos])) ws();
+    return true;
+  }
+
+#if defined(__SSE2__)
+  // Bit i: byte i of the 64 at s equals c.
+  static uint64_t bytes_eq64(const uint8_t* s, char c) {
+    uint64_t mask = 0;
+    for (int i = 0; i < 4; i++) {
+      __m128i v = load16(s + 16 * i);
+      mask |= uint64_t{static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(c))))}
+              << (16 * i);
+    }
+    return mask;
+  }
+  static uint64_t digits64(const uint8_t* s) {
+    return uint64_t{bytes_digit(load16(s), load16(s + 16))} |
+           uint64_t{bytes_digit(load16(s + 32), load16(s + 48))} << 32;
+  }
+#endif
+
+  // Elements of an array from `start` (an element's first byte) on that are natural numbers
+  // of at most 18 digits (no leading zero) separated by bare commas, 64 bytes at a time: each
+  // window ends at its last comma, so it holds only whole elements; `each(first, length)`
+  // sees each of them. Returns where it stopped: the first byte of an element it did not
+  // check (the last one, or one it doubts: the general path decides those).
+  template <typename F>
+  size_t naturals(size_t start, F&& each) const {
+#if defined(__SSE2__)
+    while (true) {
+      const uint8_t* s = buf + start;
+      uint64_t digit = digits64(s);
+      uint64_t comma = bytes_eq64(s, ',');
+      uint64_t other = ~(digit | comma);  // the first byte of neither kind stops it
+      comma &= other ? (other & (0 - other)) - 1 : ~0ULL;
+      if (comma == 0) return start;
+      int last = 63 - __builtin_clzll(comma);
+      uint64_t window = last == 63 ? ~0ULL : (2ULL << last) - 1;
+      uint64_t starts = ((comma << 1) | 1) & window;
+      uint64_t zero = bytes_eq64(s, '0');
+      if ((starts & comma) | (starts & zero & (digit >> 1))) return start;
+      size_t first = 0;
+      while (comma) {
+        size_t end = static_cast<size_t>(__builtin_ctzll(comma));
+        if (end - first > 18) return start + first;
+        each(s + first, end - first);
+        first = end + 1;
+        comma &= comma - 1;
+      }
+      start += first;
+    }
+#else
+    (void)each;
+    return start;
+#endif
+  }
+
+  // Elements of an array from `start` (an opening quote) on that are plain strings (ASCII
+  // without control characters or backslashes) separated by bare commas, 64 bytes at a
+  // time: the quotes pair up, so which bytes are inside a string is a prefix XOR of the quote
+  // mask, and each window ends at its last comma outside the strings. Returns where it
+  // stopped: the first byte of an element it did not check.
+  size_t plain_strings(size_t start) const {
+#if defined(__SSE2__)
+    while (true) {
+      const uint8_t* s = buf + start;
+      uint64_t quote = 0, comma = 0, odd = 0;
+      for (int i = 0; i < 4; i++) {
+        __m128i v = load16(s + 16 * i);
+        quote |= uint64_t{static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('"'))))} << (16 * i);
+        comma |= uint64_t{static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(','))))} << (16 * i);
+        __m128i strange = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\\')),
+                                       _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+        odd |= uint64_t{static_cast<uint32_t>(_mm_movemask_epi8(strange))} << (16 * i);
+      }
+      uint64_t valid = odd ? (odd & (0 - odd)) - 1 : ~0ULL;  // bytes before the first odd one
+      uint64_t inside = quote;  // prefix XOR: 1 from an opening quote up to its closing one
+      inside ^= inside << 1;
+      inside ^= inside << 2;
+      inside ^= inside << 4;
+      inside ^= inside << 8;
+      inside ^= inside << 16;
+      inside ^= inside << 32;
+      uint64_t between = ~inside & ~quote & valid;  // outside every string
+      uint64_t separators = between & comma;
+      if (separators == 0) return start;
+      int last = 63 - __builtin_clzll(separators);
+      uint64_t window = last == 63 ? ~0ULL : (2ULL << last) - 1;
+      uint64_t closes = quote & ~inside & window;
+      uint64_t opens = quote & inside & window;
+      // Open, close, separator, open, ...: anything else outside a string breaks the chain.
+      if (((closes << 1) & window) != separators || (((separators << 1) & window) | 1) != opens) {
+        return start;
+      }
+      start += static_cast<size_t>(last) + 1;
+    }
+#else
+    return start;
+#endif
+  }
+
+  bool skip(size_t depth) {
+    const size_t base = depth;
+    uint8_t c = peek();
+  value:
+    switch (c) {
+      case '{':
+      case '[':
+        if (++depth > rq.max_depth) return false;
+        closers[depth] = c + 2;
+        step();
+        c = peek();
+        if (c == closers[depth]) {
+          step();
+          depth--;
+          goto after;
+        }
+        if (closers[depth] == '}') goto key;
+        while (c != '{' && c != '[') {
+          // Runs of plain strings or natural numbers in bulk; the rest one at a time.
+          size_t bulk = c == '"' ? plain_strings(pos)
+                                 : is_digit(c) ? naturals(pos, [](const uint8_t*, size_t) {}) : pos;
+          if (bulk != pos) {
+            pos = bulk;
+            if (is_ws(buf[pos])) ws();
+            c = peek();
+            continue;
+          }
+          if (c == '"' ? !skip_string() : !skip_scalar()) return false;
+          c = peek();
+          if (c != ',') {
+            if (c != ']') return false;
+            step();
+            depth--;
+            goto after;
+          }
+          step();
+          c = peek();
+        }
+        goto value;
+      case '"':
+        if (!skip_string()) return false;
+        goto after;
+      default:
+        if (!skip_scalar()) return false;
+        goto after;
+    }
+  key:
+    if (c != '"' || !skip_string() || peek() != ':') return false;
+    step();
+    c = peek();
+    goto value;
+  after:
+    if (depth == base) return true;
+    c = peek();
+    if (c == ',') {
+      step();
+      c = peek();
+      if (closers[depth] == '}') goto key;
+      goto value;
+    }
+    if (c != closers[depth]) return false;
+    step();
+    depth--;
+    goto after;
+  }
+
+  // An array of int32 (token ids) into `out`: whole windows of naturals at a time, the rest
+  // (and any doubt) one element at a time.
+  bool int32_array(size_t depth, std::vector<int32_t>& out) {
+    if (depth > rq.max_depth) return false;
+    step();
+    if (peek() == ']') return step(), true;
+    bool fits = true;
+    while (true) {
+      if (is_digit(peek())) {
+        pos = naturals(pos, [&](const uint8_t* s, size_t length) {
+          uint64_t value = digits19(s, length);
+          fits &= value <= INT32_MAX;
+          out.push_back(static_cast<int32_t>(value));
+        });
+        if (!fits) return false;
+        if (is_ws(buf[pos])) ws();
+      }
+      int64_t token;
+      if (!integer(token) || token < INT32_MIN || token > INT32_MAX) return false;
+      out.push_back(static_cast<int32_t>(token));
+      uint8_t c = peek();
+      if (c == ',') {
+        step();
+      } else {
+        return c == ']' && (step(), true);
+      }
+    }
+  }
+
+  template <typename F>
+  bool array(size_t depth, F&& element) {
+    if (depth > rq.max_depth) return false;
+    step();
+    if (peek() == ']') return step(), true;
+    while (true) {
+      if (!element()) return false;
+      uint8_t c = peek();
+      if (c == ',') {
+        step();
+      } else {
+        return c == ']' && (step(), true);
+      }
+    }
+  }
+
+  template <typename F>
+  bool object(size_t depth, F&& member) {
+    if (depth > rq.max_depth) return false;
+    step();
+    if (peek() == '}') return step(), true;
+    while (true) {
+      const uint8_t *s, *e;
+      bool escaped;
+      if (!string(s, e, escaped) || peek() != ':') return false;
+      step();
+      std::string_view key(reinterpret_cast<const char*>(s), static_cast<size_t>(e - s));
+      if (!member(key, escaped)) return false;
+      uint8_t c = peek();
+      if (c == ',') {
+        step();
+      } else {
+        return c == '}' && (step(), true);
+      }
+    }
+  }
+};
+
+}  // namespace nogil

@@ -1,0 +1,39 @@
+"""A compiled decoder that parses without the GIL in one pass over the bytes: no index.
+
+`impl/decode/_onepass_nogil.cpp` with its walk `_onepass_walk.h` and the parts it shares with
+`simdjson_nogil` (`_nogil_numbers.h`, `_nogil_body.h`, `_nogil_module.h`; built by `setup.py`
+with the project's install, against Debian's `libsimdjson-dev`) releases the GIL and reads the
+body once, byte by byte where it must and 16 or 64 bytes at a time where it can: the same
+grammar walk as `simdjson_nogil` (every skipped value validated as Python's json would accept
+it, MAX_DEPTH and MAX_INT_DIGITS included; only `token_ids`, `token_logprobs` and prompt
+logprobs parsed), but with no simdjson stage 1 in front of it. Strings are scanned for their
+closing quote 16 bytes a step (escapes and control characters checked on the way, UTF-8 by
+simdjson's validator only in a string with a non-ASCII byte); a number ends at the first byte
+JSON can follow it with, and its grammar is checked from the same two loads.
+
+Why it is faster than `simdjson_nogil` on long bodies: stage 1 writes a 4-byte index entry for
+each of the ~3.9 M structural bytes of a 262144-token body, and the walk reads them back; that
+pass and the whole-body escape sweep were a third of the time. Going without them makes each
+token's end depend on the token before (a chain the CPU cannot run ahead on), so the long
+regular arrays are checked in bulk instead: runs of natural numbers (`text_offset`,
+`token_ids`) and of plain ASCII strings (`tokens`) 64 bytes at a time from comma and quote
+masks (a prefix XOR of the quote mask says which bytes are inside a string), each run ending at
+its last comma. Kept logprobs are read without a branch on their digit count. What it cannot
+vouch for, it hands to the reference exactly where `simdjson_nogil` does (the same
+`_nogil_body.h` reader), and the tests hold both to the reference. No index also means less
+memory: peak growth is the output buffers (reused per thread), not 4 bytes per token.
+
+Where the time goes (262144-token body): `top_logprobs` (a third: one small object per token,
+a string and a number each, read token by token) and reading the kept logprobs (a third).
+"""
+
+from __future__ import annotations
+
+from impl.decode import _onepass_nogil
+from impl.decode._nogil import CompiledDecoder, check_build
+
+_EXTENSION = check_build(_onepass_nogil)
+
+
+def create() -> CompiledDecoder:
+    return CompiledDecoder(_EXTENSION)
