@@ -216,7 +216,8 @@ inline uint32_t digit_mask(const uint8_t* s) {
 // The forms numbers take in practice (-?int, -?int.frac, either with e[+-]?exp), checked
 // from the digit mask and the few non-digits it points at: about a third of `shape`'s work.
 // True only for a valid number (with `out` filled); false when not sure, for `shape` to decide.
-[[gnu::always_inline]] inline bool quick_shape_masked(const uint8_t* s, size_t len, uint32_t digits, Shape& out) {
+[[gnu::always_inline]] inline bool quick_shape_masked(const uint8_t* s, size_t len, uint32_t digits,
+                                                      Shape& out) {
   uint32_t span = static_cast<uint32_t>((1ULL << len) - 1);
   uint32_t negative = s[0] == '-';
   uint32_t other = (span & ~digits) ^ negative;  // non-digits after the sign
@@ -399,8 +400,9 @@ slow:
 // The 16 bytes ending at `end`, with all but the last `keep` (0..16) replaced by '0'.
 inline __m128i last_digits(const uint8_t* end, size_t keep) {
   alignas(16) static constexpr uint8_t kTail[32] = {
-      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+      0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,
+      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
   __m128i mask = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kTail + keep));
   __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(end - 16));
   return _mm_or_si128(_mm_and_si128(mask, v), _mm_andnot_si128(mask, _mm_set1_epi8('0')));

@@ -29,7 +29,9 @@
 namespace nogil {
 
 #if defined(__SSE2__)
-inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m128i load16(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
 #endif
 
 struct Walker {
@@ -216,15 +218,18 @@ struct Walker {
   }
 
 #if defined(__SSE2__)
-  // Bit i: byte i of the 64 at s equals c.
-  static uint64_t bytes_eq64(const uint8_t* s, char c) {
+  // Bit i: byte i of the 64 at s passes `test` (a byte-wise compare of a 16-byte vector).
+  template <typename Test>
+  static uint64_t mask64(const uint8_t* s, Test&& test) {
     uint64_t mask = 0;
     for (int i = 0; i < 4; i++) {
-      __m128i v = load16(s + 16 * i);
-      mask |= uint64_t{static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(c))))}
-              << (16 * i);
+      uint32_t bits = static_cast<uint32_t>(_mm_movemask_epi8(test(load16(s + 16 * i))));
+      mask |= uint64_t{bits} << (16 * i);
     }
     return mask;
+  }
+  static uint64_t bytes_eq64(const uint8_t* s, char c) {
+    return mask64(s, [c](__m128i v) { return _mm_cmpeq_epi8(v, _mm_set1_epi8(c)); });
   }
   static uint64_t digits64(const uint8_t* s) {
     return uint64_t{bytes_digit(load16(s), load16(s + 16))} |
@@ -277,15 +282,11 @@ struct Walker {
 #if defined(__SSE2__)
     while (true) {
       const uint8_t* s = buf + start;
-      uint64_t quote = 0, comma = 0, odd = 0;
-      for (int i = 0; i < 4; i++) {
-        __m128i v = load16(s + 16 * i);
-        quote |= uint64_t{static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('"'))))} << (16 * i);
-        comma |= uint64_t{static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(','))))} << (16 * i);
-        __m128i strange = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\\')),
-                                       _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
-        odd |= uint64_t{static_cast<uint32_t>(_mm_movemask_epi8(strange))} << (16 * i);
-      }
+      uint64_t quote = bytes_eq64(s, '"'), comma = bytes_eq64(s, ',');
+      uint64_t odd = mask64(s, [](__m128i v) {  // a backslash, a control or non-ASCII byte
+        return _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\\')),
+                            _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+      });
       uint64_t valid = odd ? (odd & (0 - odd)) - 1 : ~0ULL;  // bytes before the first odd one
       uint64_t inside = quote;  // prefix XOR: 1 from an opening quote up to its closing one
       inside ^= inside << 1;

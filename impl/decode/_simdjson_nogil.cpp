@@ -1,20 +1,20 @@
-// impl.decode._simdjson_nogil: the module (its Python side is _nogil_module.h). A vLLM completion body -> the
-// Completion's raw buffers, without the GIL: simdjson's SIMD stage 1 (the system libsimdjson,
-// runtime-dispatched to the best kernel of this CPU) indexes every structural byte, validates
-// UTF-8 and rejects unescaped control characters in strings; one memchr-driven sweep checks
-// every backslash escape (_nogil_numbers.h); the walk over the index
-// (_simdjson_nogil_walk.h, _nogil_body.h) then checks the JSON grammar of the whole
-// body and parses only the numbers the Completion keeps.
+// impl.decode._simdjson_nogil: the module (its Python side is _nogil_module.h). A vLLM completion
+// body -> the Completion's raw buffers, without the GIL: simdjson's SIMD stage 1 (the system
+// libsimdjson, runtime-dispatched to the best kernel of this CPU) indexes every structural byte,
+// validates UTF-8 and rejects unescaped control characters in strings; one memchr-driven sweep
+// checks every backslash escape (_nogil_numbers.h); the walk over the index
+// (_simdjson_nogil_walk.h, _nogil_body.h) then checks the JSON grammar of the whole body and parses
+// only the numbers the Completion keeps.
 //
-// Everything between the stage 1 call and the copies into bytearrays runs with the GIL
-// released. The walk validates every value it skips exactly as Python's json module would
-// accept it (number grammar, integers up to max_int_digits digits, literals, escapes, nesting
-// up to max_depth), and parses what it keeps: token ids as int32, logprobs correctly rounded to
-// a double like Python's float, then (float), numpy's double-to-float32 rounding. It answers
-// None for anything it is not sure of (duplicated or escaped keys where it reads keys, integers
-// beyond 18 digits or logprobs beyond 19 significant digits where it reads them, wrong types,
-// length mismatches, lone surrogates and invalid UTF-8, which the reference tolerates), so the
-// reference decodes the body or raises the right DecodeError.
+// Everything between the stage 1 call and the copies into bytearrays runs with the GIL released.
+// The walk validates every value it skips exactly as Python's json module would accept it (number
+// grammar, integers up to max_int_digits digits, literals, escapes, nesting up to max_depth), and
+// parses what it keeps: token ids as int32, logprobs correctly rounded to a double like Python's
+// float, then (float), numpy's double-to-float32 rounding. It answers None for anything it is not
+// sure of (duplicated or escaped keys where it reads keys, integers beyond 18 digits or logprobs
+// beyond 19 significant digits where it reads them, wrong types, length mismatches, lone surrogates
+// and invalid UTF-8, which the reference tolerates), so the reference decodes the body or raises
+// the right DecodeError.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 

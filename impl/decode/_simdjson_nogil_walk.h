@@ -1,13 +1,14 @@
 // impl.decode._simdjson_nogil's walk over stage 1's structural index.
 //
-// One pass over the index checks the grammar of the whole body and reads what the Completion
-// keeps. The values it skips (most of a body: `text_offset`, `tokens`, `top_logprobs`, the
-// text) go through `skip`, one loop with an explicit stack and no call per value: a string
-// costs one look at the byte before the next structural one (its closing quote; escapes were
-// checked for the whole body up front), a number one `quick_shape` or word check (numbers.h),
-// a literal one compare; arrays of scalars get a tighter loop of their own. The parts it reads (choices, `token_ids`, `token_logprobs`, prompt logprobs) are
-// small object/array helpers around that loop (their readers are in _nogil_body.h).
-// Anything outside the common shape answers false ("not sure"), and the reference decides.
+// One pass over the index checks the grammar of the whole body and reads what the Completion keeps.
+// The values it skips (most of a body: `text_offset`, `tokens`, `top_logprobs`, the text) go
+// through `skip`, one loop with an explicit stack and no call per value: a string costs one look at
+// the byte before the next structural one (its closing quote; escapes were checked for the whole
+// body up front), a number one `quick_shape` or word check (numbers.h), a literal one compare;
+// arrays of scalars get a tighter loop of their own. The parts it reads (choices, `token_ids`,
+// `token_logprobs`, prompt logprobs) are small object/array helpers around that loop (their readers
+// are in _nogil_body.h). Anything outside the common shape answers false ("not sure"), and the
+// reference decides.
 #pragma once
 
 #include <algorithm>
