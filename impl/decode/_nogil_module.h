@@ -13,7 +13,7 @@
 #include <Python.h>  // after PY_SSIZE_T_CLEAN, first in the module
 #include <simdjson.h>
 
-#include <cstring>
+#include <string>
 #include <vector>
 
 #include "_nogil_body.h"
@@ -97,9 +97,10 @@ PyObject* py_number(PyObject*, PyObject* token) {
   const uint8_t* data = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(token));
   size_t len = static_cast<size_t>(PyBytes_GET_SIZE(token));
   // 32 bytes before the token (logprob_double reads them) and padding after it, as in a body.
-  std::vector<uint8_t> padded(32 + len + simdjson::SIMDJSON_PADDING, ' ');
-  if (len != 0) std::memcpy(padded.data() + 32, data, len);
-  const uint8_t* s = padded.data() + 32;
+  std::string padded(32, ' ');
+  padded.append(reinterpret_cast<const char*>(data), len);
+  padded.append(simdjson::SIMDJSON_PADDING, ' ');
+  const uint8_t* s = reinterpret_cast<const uint8_t*>(padded.data()) + 32;
   Shape sh;
   double value;
   if (len == 0 || !any_shape(s, len, sh) ||
