@@ -55,7 +55,7 @@ class CompiledDecoder:
     releases_gil = True
 
     def __init__(self, extension: ModuleType) -> None:
-        self._ext = extension
+        self._decode = extension.decode  # bound once: no module lookup per call
 
     def decode(
         self, body: bytes, *, prompt_tokens: Seq[int] | None = None, topk_prompt_logprobs: int = 0
@@ -65,7 +65,7 @@ class CompiledDecoder:
         tokens = _prompt_buffer(prompt_tokens)
         got = None
         if tokens is not _NOT_PLAIN and type(k) is int and k <= _MAX_K and body[:3] != _BOM:
-            got = self._ext.decode(body, tokens, max(k, 0), MAX_DEPTH, MAX_INT_DIGITS)
+            got = self._decode(body, tokens, max(k, 0), MAX_DEPTH, MAX_INT_DIGITS)
         if got is None:
             return reference(body, prompt_tokens, k)
         raw_sequences, prompt, top_ids, top_lps = got
