@@ -334,6 +334,21 @@ inline bool eisel_lemire(int64_t power, uint64_t mantissa, bool negative, double
   return true;
 }
 
+// Adds the exponent of the number token at s (if it has one) to `power`; false when the
+// exponent has more than `max_digits` digits (max_digits <= 8).
+[[gnu::always_inline]] inline bool add_exponent(const uint8_t* s, size_t len, const Shape& sh,
+                                                size_t max_digits, int64_t& power) {
+  if (sh.exp == len) return true;
+  const uint8_t* p = s + sh.exp + 1;
+  bool negative = *p == '-';
+  p += *p == '-' || *p == '+';
+  size_t digits = static_cast<size_t>(s + len - p);
+  if (digits > max_digits) return false;
+  int64_t magnitude = digits8(p, static_cast<unsigned>(digits));
+  power += negative ? -magnitude : magnitude;
+  return true;
+}
+
 // simdjson's own parser (correct up to 19 significant digits), out of line: rarely needed.
 [[gnu::noinline]] inline bool slow_double(const uint8_t* s, double& out) {
   return !simdjson::fallback::numberparsing::parse_double(s).get(out) && std::isfinite(out);
@@ -374,15 +389,7 @@ inline bool eisel_lemire(int64_t power, uint64_t mantissa, bool negative, double
   }
   {
     int64_t power = -static_cast<int64_t>(frac_digits);
-    if (sh.exp < len) {
-      const uint8_t* p = s + sh.exp + 1;
-      bool negative_exp = *p == '-';
-      p += *p == '-' || *p == '+';
-      size_t exp_digits = static_cast<size_t>(s + len - p);
-      if (exp_digits > 8) goto slow;
-      int64_t magnitude = digits8(p, static_cast<unsigned>(exp_digits));
-      power += negative_exp ? -magnitude : magnitude;
-    }
+    if (!add_exponent(s, len, sh, 8, power)) goto slow;
     if (power < simdjson::internal::smallest_power || power > simdjson::internal::largest_power) {
       goto slow;
     }
@@ -430,15 +437,7 @@ inline __m128i last_digits(const uint8_t* end, size_t keep) {
   uint64_t mantissa = high * 10000000000000000ULL + low +
                       whole * kPow10[frac_digits < 19 ? frac_digits : 19];
   int64_t power = -static_cast<int64_t>(frac_digits);
-  if (sh.exp < len) {
-    const uint8_t* p = s + sh.exp + 1;
-    bool negative_exp = *p == '-';
-    p += *p == '-' || *p == '+';
-    size_t exp_digits = static_cast<size_t>(s + len - p);
-    if (exp_digits > 3) return false;
-    int64_t magnitude = digits8(p, static_cast<unsigned>(exp_digits));
-    power += negative_exp ? -magnitude : magnitude;
-  }
+  if (!add_exponent(s, len, sh, 3, power)) return false;
   if (mantissa == 0 || power < simdjson::internal::smallest_power ||
       power > simdjson::internal::largest_power) {
     return false;

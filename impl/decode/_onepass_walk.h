@@ -382,12 +382,9 @@ struct Walker {
   // An array of int32 (token ids) into `out`: whole windows of naturals at a time, the rest
   // (and any doubt) one element at a time.
   bool int32_array(size_t depth, std::vector<int32_t>& out) {
-    if (depth > rq.max_depth) return false;
-    step();
-    if (peek() == ']') return step(), true;
     bool fits = true;
-    while (true) {
-      if (is_digit(peek())) {
+    return array(depth, [&] {
+      if (is_digit(peek())) {  // whole elements in bulk, up to one the general path reads
         pos = naturals(pos, [&](const uint8_t* s, size_t length) {
           uint64_t value = digits19(s, length);
           fits &= value <= INT32_MAX;
@@ -399,13 +396,8 @@ struct Walker {
       int64_t token;
       if (!integer(token) || token < INT32_MIN || token > INT32_MAX) return false;
       out.push_back(static_cast<int32_t>(token));
-      uint8_t c = peek();
-      if (c == ',') {
-        step();
-      } else {
-        return c == ']' && (step(), true);
-      }
-    }
+      return true;
+    });
   }
 
   template <typename F>
