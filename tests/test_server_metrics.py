@@ -63,6 +63,7 @@ def test_figures_move_under_a_small_load(server, api):
     picks = {f: p["name"] for f, p in api.healthz()["picks"].items()}
     ssid = api.sampling_session()
     before = scrape(server.url)
+    held_before = api.healthz()["held_polls"]
     snapshots, done = [], threading.Event()
 
     def scraper() -> None:  # at least two scrapes, the first as the load starts
@@ -79,6 +80,7 @@ def test_figures_move_under_a_small_load(server, api):
         done.set()
         thread.join()
     after = scrape(server.url)
+    held_after = api.healthz()["held_polls"]
     assert statuses == [200] * 24
     assert len(snapshots) >= 2, "the scraper saw nothing during the load"
 
@@ -109,6 +111,11 @@ def test_figures_move_under_a_small_load(server, api):
     assert value(after, "hotpath_store_stored_bytes") > value(before, "hotpath_store_stored_bytes")
     assert value(after, "hotpath_store_outstanding") == 0
     assert moved("hotpath_event_loop_lag_seconds_count") >= 1  # sampled every 0.25 s
+    for kind, reasons in held_after.items():  # the same counts as /healthz held_polls
+        for reason, count in reasons.items():
+            held = moved("hotpath_held_polls_total", kind=kind, reason=reason)
+            assert held == count - held_before[kind][reason], (kind, reason)
+    assert sum(held_after["future"].values()) > sum(held_before["future"].values())  # exercised
     info = [dict(labels) for (name, labels) in after if name == "hotpath_build_info"]
     assert len(info) == 1
     assert {f: info[0][f"pick_{f}"] for f in picks} == picks

@@ -11,6 +11,9 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
 - store gauges (`store_records{state}`, `store_stored_bytes`, `store_outstanding`,
   `forwards_in_flight`) and counters (`store_*_total`: submitted, dedup hits, late duplicates,
   completed, failed, delivered, evictions; `backpressure_rejections_total{limit}`: the 429s).
+- `held_polls_total{kind,reason}`: why held polls answered (`impl.server.held`: kind future or
+  session; reason at_once, woken, batch_deadline, hold_expired, released), counted by each
+  process for its own polls (also on a shared store), the same counts as /healthz `held_polls`.
 - `upstream_failures_total{class}` (connect, read, http_5xx, http_status, decode, choices,
   decode_worker (a decode worker process died holding the sample),
   internal, shutdown) and `upstream_retries_total`.
@@ -55,6 +58,8 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+
+from impl.server.held import KINDS, REASONS
 
 #: Seconds; from a try_again answered at once to a poll held 30 s and a 20 MB result.
 REQUEST_BUCKETS = (
@@ -208,6 +213,14 @@ class Metrics:
             registry=reg,
         )
         self._rejections = {k: rejections.labels(k) for k in ("outstanding", "bytes")}
+        held = Counter(
+            "hotpath_held_polls",
+            "Held polls answered, by kind (future, session) and why (impl.server.held)",
+            ("kind", "reason"),
+            registry=reg,
+        )
+        self._held = {(k, r): held.labels(k, r) for k in KINDS for r in REASONS}
+        self._held_synced: dict[tuple[str, str], int] = dict.fromkeys(self._held, 0)
         self._store_counters = {
             key: Counter("hotpath_" + name.removesuffix("_total"), f"store: {key}", registry=reg)
             for key, name in STORE_COUNTERS.items()
@@ -324,6 +337,13 @@ class Metrics:
         for tally in self._tallies:
             tally.flush()
         self._gauges["forwards_in_flight"].set(len(state.forwards.tasks))
+        held = getattr(state.store, "held_polls", None)  # this process's polls, every store
+        if held is not None:
+            for (kind, reason), counter in self._held.items():
+                count = held.counts[kind][reason]
+                if count > self._held_synced[(kind, reason)]:
+                    counter.inc(count - self._held_synced[(kind, reason)])
+                self._held_synced[(kind, reason)] = count
         if state.store.describe()["kind"] != "memory" and state.settings.worker_index != 0:
             return  # a shared store's figures count every process: worker 0 alone exports them
         stats = state.store.stats()
