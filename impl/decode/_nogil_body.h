@@ -35,7 +35,7 @@ struct Choice {
 struct Result {
   std::vector<Choice> choices;  // the first `n` are this decode's, in body order
   size_t n = 0;
-  std::vector<size_t> order;    // their positions in `index` order (set by Reader::finish)
+  std::vector<size_t> order;    // their positions in `index` order (set by Reader::body)
   bool has_prompt = false;
   std::vector<float> prompt;
   std::vector<int32_t> topk_ids;
@@ -58,6 +58,18 @@ struct Result {
 };
 
 struct Reader : Walker {
+  // An array of int32 (token ids) into `out`: the walker's bulk path first, then one at a time.
+  bool int32_array(size_t depth, std::vector<int32_t>& out) {
+    return array(depth, [&] {
+      int64_t token;
+      if (!bulk_int32(out) || !integer(token) || token < INT32_MIN || token > INT32_MAX) {
+        return false;
+      }
+      out.push_back(static_cast<int32_t>(token));
+      return true;
+    });
+  }
+
   bool logprobs(Choice& choice) {  // the value of "logprobs" (in a choice, itself at depth 3)
     if (take_null()) return true;
     if (peek() != '{') return false;

@@ -45,16 +45,17 @@ struct Walker {
   void ws() {
     while (is_ws(buf[pos])) pos++;
   }
-  void step() {
-    pos++;
+  // Moves to p, then past any whitespace.
+  void go(size_t p) {
+    pos = p;
     if (is_ws(buf[pos])) ws();
   }
+  void step() { go(pos + 1); }
   bool at_end() const { return pos == len; }
   bool is_null() const { return peek() == 'n' && std::memcmp(buf + pos, "null", 4) == 0; }
   bool take_null() {
     if (!is_null()) return false;
-    pos += 3;
-    step();
+    go(pos + 4);
     return true;
   }
   size_t elements_bound() const { return (len - pos) / 2 + 1; }
@@ -120,16 +121,14 @@ struct Walker {
     if (peek() != '"' || !string_at(pos, end, escaped)) return false;
     s = buf + pos + 1;
     e = buf + end - 1;
-    pos = end;
-    if (is_ws(buf[pos])) ws();
+    go(end);
     return true;
   }
   bool skip_string() {
     size_t end;
     bool escaped;
     if (!string_at(pos, end, escaped)) return false;
-    pos = end;
-    if (is_ws(buf[pos])) ws();
+    go(end);
     return true;
   }
 
@@ -186,8 +185,7 @@ struct Walker {
         }
       }
     }
-    pos += length;
-    if (is_ws(buf[pos])) ws();
+    go(pos + length);
     return true;
   }
 
@@ -200,8 +198,7 @@ struct Walker {
     if (!(pos >= 32 && logprob_double(s, length, sh, out)) && !shaped_double(s, length, sh, out)) {
       return false;
     }
-    pos += length;
-    if (is_ws(buf[pos])) ws();
+    go(pos + length);
     return true;
   }
 
@@ -212,8 +209,7 @@ struct Walker {
     if (!number_token(s, length, sh) || !sh.integer() || sh.int_digits() > 18) return false;
     int64_t value = static_cast<int64_t>(digits19(s + sh.negative, sh.int_digits()));
     out = sh.negative ? -value : value;
-    pos += length;
-    if (is_ws(buf[pos])) ws();
+    go(pos + length);
     return true;
   }
 
@@ -236,6 +232,10 @@ struct Walker {
            uint64_t{bytes_digit(load16(s + 32), load16(s + 48))} << 32;
   }
 #endif
+  // The bits below the lowest set bit of x (all 64 when x is 0).
+  static uint64_t below_first(uint64_t x) { return x ? (x & (0 - x)) - 1 : ~0ULL; }
+  // The bits up to and including bit `last`.
+  static uint64_t through(int last) { return last == 63 ? ~0ULL : (2ULL << last) - 1; }
 
   // Elements of an array from `start` (an element's first byte) on that are natural numbers
   // of at most 18 digits (no leading zero) separated by bare commas, 64 bytes at a time: each
@@ -249,11 +249,10 @@ struct Walker {
       const uint8_t* s = buf + start;
       uint64_t digit = digits64(s);
       uint64_t comma = bytes_eq64(s, ',');
-      uint64_t other = ~(digit | comma);  // the first byte of neither kind stops it
-      comma &= other ? (other & (0 - other)) - 1 : ~0ULL;
+      comma &= below_first(~(digit | comma));  // the first byte of neither kind stops it
       if (comma == 0) return start;
       int last = 63 - __builtin_clzll(comma);
-      uint64_t window = last == 63 ? ~0ULL : (2ULL << last) - 1;
+      uint64_t window = through(last);
       uint64_t starts = ((comma << 1) | 1) & window;
       uint64_t zero = bytes_eq64(s, '0');
       if ((starts & comma) | (starts & zero & (digit >> 1))) return start;
@@ -287,7 +286,7 @@ struct Walker {
         return _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\\')),
                             _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
       });
-      uint64_t valid = odd ? (odd & (0 - odd)) - 1 : ~0ULL;  // bytes before the first odd one
+      uint64_t valid = below_first(odd);
       uint64_t inside = quote;  // prefix XOR: 1 from an opening quote up to its closing one
       inside ^= inside << 1;
       inside ^= inside << 2;
@@ -299,7 +298,7 @@ struct Walker {
       uint64_t separators = between & comma;
       if (separators == 0) return start;
       int last = 63 - __builtin_clzll(separators);
-      uint64_t window = last == 63 ? ~0ULL : (2ULL << last) - 1;
+      uint64_t window = through(last);
       uint64_t closes = quote & ~inside & window;
       uint64_t opens = quote & inside & window;
       // Open, close, separator, open, ...: anything else outside a string breaks the chain.
@@ -335,8 +334,7 @@ struct Walker {
           size_t bulk = c == '"' ? plain_strings(pos)
                                  : is_digit(c) ? naturals(pos, [](const uint8_t*, size_t) {}) : pos;
           if (bulk != pos) {
-            pos = bulk;
-            if (is_ws(buf[pos])) ws();
+            go(bulk);
             c = peek();
             continue;
           }
@@ -379,25 +377,18 @@ struct Walker {
     goto after;
   }
 
-  // An array of int32 (token ids) into `out`: whole windows of naturals at a time, the rest
-  // (and any doubt) one element at a time.
-  bool int32_array(size_t depth, std::vector<int32_t>& out) {
+  // Token ids in bulk (the reader's int32_array calls it before each id it reads itself):
+  // whole windows of naturals from pos into `out`, stopping at an id it did not take. False
+  // when one of them does not fit int32.
+  bool bulk_int32(std::vector<int32_t>& out) {
+    if (!is_digit(peek())) return true;
     bool fits = true;
-    return array(depth, [&] {
-      if (is_digit(peek())) {  // whole elements in bulk, up to one the general path reads
-        pos = naturals(pos, [&](const uint8_t* s, size_t length) {
-          uint64_t value = digits19(s, length);
-          fits &= value <= INT32_MAX;
-          out.push_back(static_cast<int32_t>(value));
-        });
-        if (!fits) return false;
-        if (is_ws(buf[pos])) ws();
-      }
-      int64_t token;
-      if (!integer(token) || token < INT32_MIN || token > INT32_MAX) return false;
-      out.push_back(static_cast<int32_t>(token));
-      return true;
-    });
+    go(naturals(pos, [&](const uint8_t* s, size_t length) {
+      uint64_t value = digits19(s, length);
+      fits &= value <= INT32_MAX;
+      out.push_back(static_cast<int32_t>(value));
+    }));
+    return fits;
   }
 
   template <typename F>

@@ -193,15 +193,8 @@ struct Walker {
     }
   }
 
-  // An array of int32 (token ids) into `out`.
-  bool int32_array(size_t depth, std::vector<int32_t>& out) {
-    return array(depth, [&] {
-      int64_t token;
-      if (!integer(token) || token < INT32_MIN || token > INT32_MAX) return false;
-      out.push_back(static_cast<int32_t>(token));
-      return true;
-    });
-  }
+  // No bulk path for token ids here: the reader's int32_array reads each one.
+  bool bulk_int32(std::vector<int32_t>&) { return true; }
 
   // member(key, escaped) parses the value at pos.
   template <typename F>
