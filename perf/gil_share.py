@@ -52,16 +52,13 @@ def counter_rate(work: Callable[[], object] | None) -> float:
 
 def main(rounds: int = 5) -> int:
     available = registry.available("decode")
-    free = {
-        name: registry.create("decode", name)
-        for name in available
-        if name != "auto" and releases_gil(registry.create("decode", name))
-    }
+    decoders = {name: registry.create("decode", name) for name in available if name != "auto"}
+    free = {name: decoder for name, decoder in decoders.items() if releases_gil(decoder)}
     if not free:
         print(registry.unavailable_reason("decode", "onepass_nogil"))
         return 2
     holding_name = next(n for n in ("simdjson", "orjson", "json") if n in available)
-    holding = registry.create("decode", holding_name)
+    holding = decoders[holding_name]
     body = body_for(262144, kind="vllm")
     runs: dict[str, list[float]] = {"solo": [], **{name: [] for name in free}, holding_name: []}
     for _ in range(rounds):

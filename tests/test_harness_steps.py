@@ -12,6 +12,7 @@ pytest.importorskip(
 from prometheus_client import generate_latest
 
 from impl.harness import report, steps
+from impl.server.held import HeldPolls
 
 PICKS = {"decode": "simdjson", "encode": "wire", "pool": "pyreqwest", "accesslog": "queue"}
 
@@ -30,6 +31,8 @@ class _State:
         @staticmethod
         def describe():
             return {"kind": "memory"}
+
+        held_polls = HeldPolls()
 
     class settings:
         worker_index = 0

@@ -337,13 +337,12 @@ class Metrics:
         for tally in self._tallies:
             tally.flush()
         self._gauges["forwards_in_flight"].set(len(state.forwards.tasks))
-        held = getattr(state.store, "held_polls", None)  # this process's polls, every store
-        if held is not None:
-            for (kind, reason), counter in self._held.items():
-                count = held.counts[kind][reason]
-                if count > self._held_synced[(kind, reason)]:
-                    counter.inc(count - self._held_synced[(kind, reason)])
-                self._held_synced[(kind, reason)] = count
+        held = state.store.held_polls.counts  # this process's polls, on every store
+        for (kind, reason), counter in self._held.items():
+            count = held[kind][reason]
+            if count > self._held_synced[(kind, reason)]:
+                counter.inc(count - self._held_synced[(kind, reason)])
+            self._held_synced[(kind, reason)] = count
         if state.store.describe()["kind"] != "memory" and state.settings.worker_index != 0:
             return  # a shared store's figures count every process: worker 0 alone exports them
         stats = state.store.stats()
