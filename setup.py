@@ -1,11 +1,15 @@
-"""The optional compiled decoders: `impl.decode._simdjson_nogil` and `impl.decode._onepass_nogil`.
+"""The optional compiled decoders: `impl.decode._simdjson_nogil`, `impl.decode._onepass_nogil`
+and its AVX2 build `impl.decode._onepass_nogil_avx2`.
 
-Everything else about the package is in pyproject.toml. Both are C++, share their headers and
+Everything else about the package is in pyproject.toml. All are C++, share their headers and
 need g++ and simdjson's headers and library (Debian/Ubuntu: `apt-get install g++
 libsimdjson-dev`). Without them the build prints a warning and the install goes on
-(`optional=True`); the `simdjson_nogil` and `onepass_nogil` decoders are then reported
-unavailable with that hint and skipped by the tests and benchmarks.
+(`optional=True`); the decoders are then reported unavailable with that hint and skipped by the
+tests and benchmarks. The AVX2 build is compiled on any x86-64 machine (g++ targets the
+instruction set, the build machine need not have it) and imported only on a CPU that has it.
 """
+
+import platform
 
 from setuptools import Extension, setup
 
@@ -17,21 +21,39 @@ HEADERS = [
 ]
 
 
-def compiled_decoder(name: str, walk: str) -> Extension:
+def compiled_decoder(
+    name: str, walk: str, *, flags: tuple[str, ...] = (), base: str = ""
+) -> Extension:
+    """The extension `name` from impl/decode/{name}.cpp (which includes `base`'s .cpp, if set)."""
+    depends = [*HEADERS, f"impl/decode/{walk}"]
+    if base:
+        depends.append(f"impl/decode/{base}.cpp")
     return Extension(
         f"impl.decode.{name}",
         sources=[f"impl/decode/{name}.cpp"],
-        depends=[*HEADERS, f"impl/decode/{walk}"],
+        depends=depends,
         libraries=["simdjson"],
         language="c++",
-        extra_compile_args=["-std=c++17", "-O3"],
+        extra_compile_args=["-std=c++17", "-O3", *flags],
         optional=True,
     )
 
 
-setup(
-    ext_modules=[
-        compiled_decoder("_simdjson_nogil", "_simdjson_nogil_walk.h"),
-        compiled_decoder("_onepass_nogil", "_onepass_walk.h"),
-    ]
-)
+# x86-64-v3 (AVX2, BMI1/2, LZCNT) and PCLMUL for the onepass walk's 32-byte vectors and
+# carry-less prefix XOR; only on x86-64, where g++ knows them.
+AVX2 = ("-march=x86-64-v3", "-mpclmul")
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+EXTENSIONS = [
+    compiled_decoder("_simdjson_nogil", "_simdjson_nogil_walk.h"),
+    compiled_decoder("_onepass_nogil", "_onepass_walk.h"),
+]
+if X86_64:
+    EXTENSIONS.append(
+        compiled_decoder(
+            "_onepass_nogil_avx2", "_onepass_walk.h", flags=AVX2, base="_onepass_nogil"
+        )
+    )
+
+setup(ext_modules=EXTENSIONS)

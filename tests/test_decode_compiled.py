@@ -24,7 +24,11 @@ from impl.harness import bodies
 
 FAMILY = "decode"
 REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
-COMPILED = {"simdjson_nogil": "_simdjson_nogil", "onepass_nogil": "_onepass_nogil"}
+COMPILED = {
+    "simdjson_nogil": "_simdjson_nogil",
+    "onepass_nogil": "_onepass_nogil",
+    "onepass_nogil_avx2": "_onepass_nogil_avx2",
+}
 
 
 class Compiled:
@@ -84,6 +88,123 @@ def test_accepts_only_what_python_accepts(base, place, compiled):
             answered += 1
             assert_same(decoder.decode(body), REFERENCE.decode(body))
     assert valid > 50 and answered > valid // 2  # both outcomes really exercised
+
+
+@pytest.mark.parametrize("array", ["token_logprobs", "top_logprobs"])
+def test_bulk_arrays_accept_only_what_python_accepts(array, compiled):
+    """Seeded edits of a whole kept `token_logprobs` array or skipped `top_logprobs` array of
+    a 40-token body (onepass_nogil checks both 64 bytes a block, as a stream): the fast path
+    answers only what Python's json parses, and then exactly as the reference (a changed
+    element count included: that is the reference's DecodeError, never an answer)."""
+    body = bodies.body_for(40, kind="vllm", seed=11)
+    head, rest = body.split(b'"%s":[' % array.encode(), 1)
+    head += b'"%s":[' % array.encode()
+    depth, end = 1, 0
+    while depth:  # the array's closing bracket (no brackets inside its strings here)
+        depth += {ord("["): 1, ord("]"): -1}.get(rest[end], 0)
+        end += 1
+    content, tail = rest[: end - 1], rest[end - 1 :]
+    assert len(content) > 5 * 64
+    answered = rejected = 0
+    for value in mutants(seed=len(array), count=2500, base=content, alphabet=ALPHABET):
+        case = head + value + tail
+        fast = compiled.fast_path(case)
+        try:
+            json.loads(case)
+        except ValueError:
+            assert fast is None, value
+            rejected += 1
+            continue
+        if fast is not None:
+            answered += 1
+            assert_same(compiled.decoder.decode(case), REFERENCE.decode(case))
+    assert answered > 100 and rejected > 1000  # both outcomes really exercised
+
+
+# Numbers in, near and just outside the form the bulk checks take (-?d.d+(e[+-]dd)?)
+NEAR_LOGPROBS = [b"-1.5e-05e-05", b"-1.5e-055", b"-1.5e-5", b"-1.5e+05", b"-1.5E-05", b"-1.5e05"]
+NEAR_LOGPROBS += [b"-15.5", b"-01.5", b"1.", b".5", b"-.5", b"-1.5e", b"-1.5e-", b"-1.5e-0"]
+NEAR_LOGPROBS += [b"--1.5", b"-1.-5", b"-1.5.5", b"-1.5e-05.5", b"1.5-", b"+1.5", b"-1.5e--05"]
+NEAR_LOGPROBS += [b"-1e-05", b"-0.0", b"0.0", b"-9999.0", b"-1.5e-99", b"-1.5e+99", b"-1.5e-05-"]
+NEAR_LOGPROBS += [b"-1.5e-0500", b"-1.5ee-05", b"-1.5e-05e", b"-1", b"0", b"null", b'"-1.5"']
+NEAR_LOGPROBS += [b"-0.1234567890123456789012345", b"-1.2345678901234567890e-05", b"-1,5"]
+
+
+@pytest.mark.parametrize("where", [0, 3, 17, 39])
+@pytest.mark.parametrize("array", ["token_logprobs", "top_logprobs"])
+def test_numbers_near_the_logprob_form(array, where, compiled):
+    """A number in, near or just outside the form the bulk checks take, as a kept logprob or
+    as a skipped top-logprob value, at the start, inside the first 64-byte block or further
+    in: the reference's answer (DecodeError or the same arrays), never another."""
+    body = bodies.body_for(40, kind="vllm", seed=13)
+    head, rest = body.split(b'"%s":[' % array.encode(), 1)
+    head += b'"%s":[' % array.encode()
+    if array == "token_logprobs":
+        content, tail = rest.split(b"]", 1)
+        pieces = content.split(b",")
+    else:
+        content, tail = rest.split(b"}]", 1)
+        pieces = content.split(b"},{")
+    answered = 0
+    for value in NEAR_LOGPROBS:
+        items = list(pieces)
+        if array == "token_logprobs":
+            items[where] = value
+            case = head + b",".join(items) + b"]" + tail
+        else:
+            key, _ = items[where].split(b":", 1)
+            items[where] = key + b":" + value
+            case = head + b"},{".join(items) + b"}]" + tail
+        try:
+            want = REFERENCE.decode(case)
+        except DecodeError:
+            assert compiled.fast_path(case) is None, value
+            with pytest.raises(DecodeError):
+                compiled.decoder.decode(case)
+            continue
+        answered += compiled.fast_path(case) is not None
+        assert_same(compiled.decoder.decode(case), want)
+    assert answered >= 10  # the fast path itself answered the valid ones
+
+
+# top_logprobs elements in, near and just outside the flat-object form the bulk check takes
+NEAR_FLAT_OBJECTS = [b"{:-1.5}", b'{"a"-1.5}', b'{"a":-1.5,}', b'{"a":-1.5"b":-2.5}', b'{"a"}']
+NEAR_FLAT_OBJECTS += [b'{"a":-1.5,"b"}', b'{,"a":-1.5}', b'{"a":-1.5}{"b":-1.5}', b'{"a":-1.5}}']
+NEAR_FLAT_OBJECTS += [b'{"a":-1.5},,{"b":-1.5}', b'{{"a":-1.5}', b'{"a"::-1.5}', b'{"a":-1.5:}']
+NEAR_FLAT_OBJECTS += [b'{"a":"b"}', b'{"a":-1.5,"b":}', b'"a":-1.5}', b'{"a":-1.5', b'{"a":-1.5 }']
+NEAR_FLAT_OBJECTS += [b'{"a\\"":-1.5}', b'{"a":-1.5,"a":-1.5}', b'{"":-1.5}', b'{"a":[-1.5]}']
+NEAR_FLAT_OBJECTS += [b"{}", b"[]", b"-1.5", b'{"a":-1.5}]', b'{"a":-1.5},-1.5', b'{"a":-1.5,:-1}']
+NEAR_FLAT_OBJECTS += [b'{"a":-1.5}:-1.5', b'{"a":-1.5},"b"', b'{"a",-1.5}', b'{"a":-1.5,,"b":-1.5}']
+NEAR_FLAT_OBJECTS += [b'{"a":{"b":-1.5}}', b'{"a":-1.5}"b"', b'{"\x01":-1.5}', b'{"\xc3\xa9":-1.5}']
+NEAR_FLAT_OBJECTS += [b'{"a":-1.5}\x00', b'{"a":-1.5,"b":-2.5e-05}', b'{"a":-1.5,"b":-2.5e-05e-05}']
+NEAR_FLAT_OBJECTS += [b'{"a":-1.5}{', b'{"a:-1.5}', b'{"a":-1.5"}', b'{a":-1.5}', b'{"a":--1.5}']
+
+
+@pytest.mark.parametrize("where", [0, 3, 17, 39])
+def test_objects_near_the_flat_form(where, compiled):
+    """A top_logprobs element in, near or just outside the flat-object form the bulk check
+    takes, at the start, inside the first 64-byte block or further in: the reference's answer
+    (DecodeError or the same arrays), never another."""
+    body = bodies.body_for(40, kind="vllm", seed=17)
+    head, rest = body.split(b'"top_logprobs":[{', 1)
+    head += b'"top_logprobs":['
+    content, tail = rest.split(b"}]", 1)
+    pieces = content.split(b"},{")
+    answered = 0
+    for value in NEAR_FLAT_OBJECTS:
+        items = [b"{%s}" % piece for piece in pieces]
+        items[where] = value
+        case = head + b",".join(items) + b"]" + tail
+        try:
+            want = REFERENCE.decode(case)
+        except DecodeError:
+            assert compiled.fast_path(case) is None, value
+            with pytest.raises(DecodeError):
+                compiled.decoder.decode(case)
+            continue
+        answered += compiled.fast_path(case) is not None
+        assert_same(compiled.decoder.decode(case), want)
+    assert answered >= 8  # the fast path itself answered the valid ones
 
 
 SUBSTITUTES = [bytes([c]) for c in b'"\\,:{}[]0159-+.eE tn\x00\x1f\x7f'] + [b"\xc3", b"\x80"]

@@ -127,11 +127,20 @@ IMPLEMENTATIONS: tuple[Entry, ...] = (
         ("impl.decode.onepass_nogil",),  # imports the extension and checks its build
         hint="apt-get install g++ libsimdjson-dev, then reinstall hotpath (pip install -e .)",
     ),
+    Entry(
+        "onepass_nogil_avx2",
+        "impl.decode.onepass_nogil_avx2",
+        "onepass_nogil compiled for AVX2 (x86-64-v3 + PCLMUL), imported only where the CPU has it",
+        ("impl.decode.onepass_nogil_avx2",),  # checks the CPU, then imports the extension
+        hint="needs an x86-64 CPU with AVX2, BMI2, LZCNT and PCLMUL, g++ and libsimdjson-dev "
+        "(then reinstall hotpath: pip install -e .); onepass_nogil runs without them",
+    ),
     Entry("auto", "impl.decode.auto", "per body size, the decoder measured fastest here"),
 )
 
 #: Fixed preference order when nothing was measured on this machine (fastest first).
 PREFERENCE = (
+    "onepass_nogil_avx2",
     "onepass_nogil",
     "simdjson_nogil",
     "simdjson",

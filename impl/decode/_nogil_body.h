@@ -83,6 +83,7 @@ struct Reader : Walker {
       if (peek() != '[') return false;
       choice.logprobs.reserve(elements_bound());
       return array(5, [&] {
+        bulk_logprobs(choice.logprobs);
         double value = 0.0;
         if (!take_null() && !number(value)) return false;
         choice.logprobs.push_back(static_cast<float>(value));  // double, then float32

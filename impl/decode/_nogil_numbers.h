@@ -27,6 +27,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace nogil {
 
@@ -416,35 +419,92 @@ inline __m128i last_digits(const uint8_t* end, size_t keep) {
 }
 #endif
 
-// A logprob as vLLM prints them, -?d.ddd(e[+-]dd)? with a one-digit whole part, read without
-// a branch on its digit count: the fraction's last 32 digits from two loads that end where it
-// ends (bytes before it read as '0': the caller guarantees 32 readable bytes before s), then
-// Eisel-Lemire. False when it cannot vouch (more than 19 significant digits, a long
-// exponent, a rounding it cannot decide): the caller takes the general path.
-[[gnu::always_inline]] inline bool logprob_double(const uint8_t* s, size_t len, const Shape& sh,
-                                                  double& out) {
+#if defined(__AVX2__)
+// The 32 bytes ending at `end`, all but the last `keep` (0..32) read as '0', as two 16-digit
+// numbers: one 32-byte load, then multiply-adds pair the digits into 2, 4 and 8.
+inline void digits32(const uint8_t* end, size_t keep, uint64_t& high, uint64_t& low) {
+  alignas(32) static constexpr uint8_t kTail[64] = {
+      0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,
+      0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,
+      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+      0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+  __m256i mask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTail + keep));
+  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(end - 32));
+  v = _mm256_and_si256(_mm256_sub_epi8(v, _mm256_set1_epi8('0')), mask);  // digit values
+  v = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x010A));                  // 2 digits
+  v = _mm256_madd_epi16(v, _mm256_set1_epi32(0x00010064));                 // 4 digits
+  v = _mm256_packus_epi32(v, v);
+  v = _mm256_madd_epi16(v, _mm256_set1_epi32(0x00012710));                 // 8 digits
+  uint64_t h = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_castsi256_si128(v)));
+  uint64_t l = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_extracti128_si256(v, 1)));
+  high = (h & 0xFFFFFFFF) * 100000000ULL + (h >> 32);
+  low = (l & 0xFFFFFFFF) * 100000000ULL + (l >> 32);
+}
+#endif
+
 #if defined(__SSE2__)
-  if (sh.dot != static_cast<size_t>(sh.negative) + 1 || sh.dot >= len) return false;  // d.ddd
-  uint64_t whole = s[sh.negative] - '0';
-  const uint8_t* end = s + sh.exp;
-  size_t frac_digits = sh.exp - sh.dot - 1;
+// whole.fraction x 10^exponent, the fraction's `frac_digits` digits ending at `end` (32
+// readable bytes before it), read without a branch on the digit count and rounded by
+// Eisel-Lemire; false when it cannot vouch (more than 19 significant digits, a rounding it
+// cannot decide): the caller takes the general path.
+[[gnu::always_inline]] inline bool fraction_double(uint64_t whole, const uint8_t* end,
+                                                   size_t frac_digits, int64_t exponent,
+                                                   bool negative, double& out) {
+  if (frac_digits > 32) return false;
+#if defined(__AVX2__)
+  uint64_t high, low;
+  digits32(end, frac_digits, high, low);
+#else
   size_t high_keep = frac_digits > 16 ? frac_digits - 16 : 0;
-  if (high_keep > 16) return false;
   uint64_t low = digits16_vec(last_digits(end, frac_digits < 16 ? frac_digits : 16));
   uint64_t high = digits16_vec(last_digits(end - 16, high_keep));
+#endif
   // whole * 10^f + fraction must be the exact significand (< 10^19)
   if (whole != 0 ? frac_digits > 18 : high >= 1000) return false;
   uint64_t mantissa = high * 10000000000000000ULL + low +
                       whole * kPow10[frac_digits < 19 ? frac_digits : 19];
-  int64_t power = -static_cast<int64_t>(frac_digits);
-  if (!add_exponent(s, len, sh, 3, power)) return false;
+  int64_t power = exponent - static_cast<int64_t>(frac_digits);
   if (mantissa == 0 || power < simdjson::internal::smallest_power ||
       power > simdjson::internal::largest_power) {
     return false;
   }
-  return eisel_lemire(power, mantissa, sh.negative, out);
+  return eisel_lemire(power, mantissa, negative, out);
+}
+#endif
+
+// A logprob as vLLM prints them, -?d.ddd(e[+-]dd)? with a one-digit whole part (the caller
+// guarantees 32 readable bytes before s): fraction_double after its shape and exponent are
+// checked. False when it cannot vouch.
+[[gnu::always_inline]] inline bool logprob_double(const uint8_t* s, size_t len, const Shape& sh,
+                                                  double& out) {
+#if defined(__SSE2__)
+  if (sh.dot != static_cast<size_t>(sh.negative) + 1 || sh.dot >= len) return false;  // d.ddd
+  int64_t exponent = 0;
+  if (!add_exponent(s, len, sh, 3, exponent)) return false;
+  return fraction_double(s[sh.negative] - '0', s + sh.exp, sh.exp - sh.dot - 1, exponent,
+                         sh.negative, out);
 #else
   (void)s, (void)len, (void)sh, (void)out;
+  return false;
+#endif
+}
+
+// A number the caller has checked has the form -?d.d+(e[+-]dd)? (the bulk checks of
+// _onepass_walk.h), `exp` the offset of its 'e' or its length: read as logprob_double reads
+// it, without checking the form again.
+[[gnu::always_inline]] inline bool checked_logprob_double(const uint8_t* s, size_t len,
+                                                          size_t exp, bool negative,
+                                                          double& out) {
+#if defined(__SSE2__)
+  int64_t exponent = 0;
+  if (exp != len) {
+    exponent = (s[exp + 2] - '0') * 10 + (s[exp + 3] - '0');
+    if (s[exp + 1] == '-') exponent = -exponent;
+  }
+  return fraction_double(s[negative] - '0', s + exp, exp - negative - 2, exponent, negative,
+                         out);
+#else
+  (void)s, (void)len, (void)exp, (void)negative, (void)out;
   return false;
 #endif
 }

@@ -44,10 +44,33 @@ bool decode(const Request& rq, Result& out) {
 
 PyModuleDef module;
 
+// The module, with TARGET (the instruction set this build was compiled for) and CPU_AVX2
+// (whether this CPU can run the AVX2 build: x86-64-v3, i.e. AVX2, BMI1/2 and LZCNT, plus
+// PCLMUL; the Python side asks the baseline build before importing the other).
+PyObject* onepass_module(const char* name, const char* target) {
+  PyObject* m = create_module(module, name,
+                              "One pass over the bytes, no index: vLLM completion bodies "
+                              "decoded without the GIL.");
+  if (m == nullptr) return nullptr;
+  __builtin_cpu_init();
+  bool avx2 = __builtin_cpu_supports("x86-64-v3") && __builtin_cpu_supports("pclmul");
+  if (PyModule_AddStringConstant(m, "TARGET", target) < 0 ||
+      PyModule_AddObjectRef(m, "CPU_AVX2", avx2 ? Py_True : Py_False) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
+
 }  // namespace
 
-PyMODINIT_FUNC PyInit__onepass_nogil() {
-  return create_module(module, "_onepass_nogil",
-                       "One pass over the bytes, no index: vLLM completion bodies decoded "
-                       "without the GIL.");
+#if defined(HOTPATH_AVX2_BUILD)  // _onepass_nogil_avx2.cpp
+#if !defined(__AVX2__) || !defined(__BMI2__) || !defined(__PCLMUL__)
+#error "_onepass_nogil_avx2.cpp is built with -march=x86-64-v3 -mpclmul (setup.py passes them)"
+#endif
+PyMODINIT_FUNC PyInit__onepass_nogil_avx2() {
+  return onepass_module("_onepass_nogil_avx2", "avx2");
 }
+#else
+PyMODINIT_FUNC PyInit__onepass_nogil() { return onepass_module("_onepass_nogil", "baseline"); }
+#endif

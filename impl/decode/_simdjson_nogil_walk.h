@@ -195,6 +195,7 @@ struct Walker {
 
   // No bulk path for token ids here: the reader's int32_array reads each one.
   bool bulk_int32(std::vector<int32_t>&) { return true; }
+  void bulk_logprobs(std::vector<float>&) {}
 
   // member(key, escaped) parses the value at pos.
   template <typename F>
