@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# setup.py builds the optional C++ decoders (impl/decode/_*_nogil.cpp and their headers) during
+# setup.py builds the optional C++ decoders (impl/decode/_*.cpp and their headers) during
 # the install.
 $(STAMP): pyproject.toml setup.py $(wildcard impl/decode/_*.cpp impl/decode/_*.h) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'

@@ -8,10 +8,12 @@
 // is checked from the same two 16-byte loads (_nogil_numbers.h). Nothing is indexed first, so
 // there is no 4-bytes-per-token index to write and read back, but each token's end is known
 // only once the token before it is read: a chain from token to token. Where a body is long and
-// regular, arrays break that chain: runs of natural numbers (text_offset, token_ids) and of
-// plain ASCII strings (tokens) are checked 64 bytes at a time from comma and quote masks, and
-// each run ends at its last comma so it holds only whole elements; anything they doubt goes
-// through the token-at-a-time path, which decides.
+// regular, arrays break that chain, checked 64 bytes at a time from byte-class masks (`Block`:
+// two AVX2 or four SSE2 vectors): runs of natural numbers (text_offset, token_ids) and of plain
+// ASCII strings (tokens), each window ending at its last comma; the kept logprobs and the
+// top_logprobs objects as a stream of blocks, the grammar as relations between the masks,
+// each byte against the bytes before it (the previous block's masks carried in). Anything they
+// doubt goes through the token-at-a-time path, which decides.
 //
 // Reads: up to 64 bytes past a position at or before the end (the caller pads, see decode),
 // and the byte at the end must be one no rule accepts (a NUL).

@@ -15,16 +15,20 @@ Why it is faster than `simdjson_nogil` on long bodies: stage 1 writes a 4-byte i
 each of the ~3.9 M structural bytes of a 262144-token body, and the walk reads them back; that
 pass and the whole-body escape sweep were a third of the time. Going without them makes each
 token's end depend on the token before (a chain the CPU cannot run ahead on), so the long
-regular arrays are checked in bulk instead: runs of natural numbers (`text_offset`,
-`token_ids`) and of plain ASCII strings (`tokens`) 64 bytes at a time from comma and quote
-masks (a prefix XOR of the quote mask says which bytes are inside a string), each run ending at
-its last comma. Kept logprobs are read without a branch on their digit count. What it cannot
-vouch for, it hands to the reference exactly where `simdjson_nogil` does (the same
-`_nogil_body.h` reader), and the tests hold both to the reference. No index also means less
-memory: peak growth is the output buffers (reused per thread), not 4 bytes per token.
+regular arrays are checked in bulk instead, 64 bytes at a time from byte-class masks: runs of
+natural numbers (`text_offset`, `token_ids`) and of plain ASCII strings (`tokens`), each run
+ending at its last comma; and, as a stream of 64-byte blocks whose masks carry into the next,
+the kept `token_logprobs` and the `top_logprobs` objects (which bytes are in strings is a
+prefix XOR of the quotes, which are in objects one of the braces, and the grammar is "what may
+follow what" between the masks). Kept logprobs are then read where those masks put them,
+without a branch on their digit count. What it cannot vouch for, it hands to the general
+token-by-token walk and, where that cannot either, to the reference, exactly where
+`simdjson_nogil` does (the same `_nogil_body.h` reader); the tests hold both to the reference.
+No index also means less memory: peak growth is the output buffers (reused per thread), not 4
+bytes per token.
 
-Where the time goes (262144-token body): `top_logprobs` (a third: one small object per token,
-a string and a number each, read token by token) and reading the kept logprobs (a third).
+This build is plain x86-64 (SSE2: four 16-byte vectors per block); `onepass_nogil_avx2` is the
+same source compiled for AVX2, faster where the CPU has it.
 """
 
 from __future__ import annotations
