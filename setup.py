@@ -22,10 +22,11 @@ HEADERS = [
 
 
 def compiled_decoder(
-    name: str, walk: str, *, flags: tuple[str, ...] = (), base: str = ""
+    name: str, walk: tuple[str, ...], *, flags: tuple[str, ...] = (), base: str = ""
 ) -> Extension:
-    """The extension `name` from impl/decode/{name}.cpp (which includes `base`'s .cpp, if set)."""
-    depends = [*HEADERS, f"impl/decode/{walk}"]
+    """The extension `name` from impl/decode/{name}.cpp (which includes `base`'s .cpp, if set)
+    over the walk in the `walk` headers."""
+    depends = [*HEADERS, *(f"impl/decode/{header}" for header in walk)]
     if base:
         depends.append(f"impl/decode/{base}.cpp")
     return Extension(
@@ -45,15 +46,14 @@ AVX2 = ("-march=x86-64-v3", "-mpclmul")
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 
 
+ONEPASS = ("_onepass_walk.h", "_onepass_bulk.h")
 EXTENSIONS = [
-    compiled_decoder("_simdjson_nogil", "_simdjson_nogil_walk.h"),
-    compiled_decoder("_onepass_nogil", "_onepass_walk.h"),
+    compiled_decoder("_simdjson_nogil", ("_simdjson_nogil_walk.h",)),
+    compiled_decoder("_onepass_nogil", ONEPASS),
 ]
 if X86_64:
     EXTENSIONS.append(
-        compiled_decoder(
-            "_onepass_nogil_avx2", "_onepass_walk.h", flags=AVX2, base="_onepass_nogil"
-        )
+        compiled_decoder("_onepass_nogil_avx2", ONEPASS, flags=AVX2, base="_onepass_nogil")
     )
 
 setup(ext_modules=EXTENSIONS)

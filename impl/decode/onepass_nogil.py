@@ -1,8 +1,9 @@
 """A compiled decoder that parses without the GIL in one pass over the bytes: no index.
 
-`impl/decode/_onepass_nogil.cpp` with its walk `_onepass_walk.h` and the parts it shares with
-`simdjson_nogil` (`_nogil_numbers.h`, `_nogil_body.h`, `_nogil_module.h`; built by `setup.py`
-with the project's install, against Debian's `libsimdjson-dev`) releases the GIL and reads the
+`impl/decode/_onepass_nogil.cpp` with its walk `_onepass_walk.h` (bulk checks in
+`_onepass_bulk.h`) and the parts it shares with `simdjson_nogil` (`_nogil_numbers.h`,
+`_nogil_body.h`, `_nogil_module.h`; built by `setup.py` with the project's install, against
+Debian's `libsimdjson-dev`) releases the GIL and reads the
 body once, byte by byte where it must and 16 or 64 bytes at a time where it can: the same
 grammar walk as `simdjson_nogil` (every skipped value validated as Python's json would accept
 it, MAX_DEPTH and MAX_INT_DIGITS included; only `token_ids`, `token_logprobs` and prompt
