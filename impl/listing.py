@@ -14,11 +14,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     for family in [args.family] if args.family else registry.families():
         print(f"{family} (reference: {registry.reference(family)})")
+        width = max(map(len, registry.names(family)))
         for name in registry.names(family):
             entry = registry.entry(family, name)
             reason = registry.unavailable_reason(family, name)
             status = "ok " if reason is None else "n/a"
-            print(f"  {status} {name:<14} {entry.summary}")
+            print(f"  {status} {name:<{width}} {entry.summary}")
             if reason:
                 print(f"      {reason}")
     return 0
