@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -594,3 +596,32 @@ def test_escapes_at_string_ends(where, compiled):
             assert_same(decoder.decode(body), REFERENCE.decode(body))
             if b"\\ud8" not in content.lower() and b"\\udc" not in content.lower():
                 assert compiled.fast_path(body) is not None, content
+
+
+# what -march=x86-64-v3 -mpclmul compiles for, as /proc/cpuinfo names it
+AVX2_BUILD_FLAGS = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+AVX2_BUILD_FLAGS.add("pclmulqdq")
+
+
+def test_avx2_build_imported_only_where_the_cpu_runs_it(monkeypatch):
+    """The baseline build says whether this CPU runs the AVX2 build (as /proc/cpuinfo does);
+    the AVX2 decoder is available exactly then, and without it importing the wrapper fails
+    with the reason (the AVX2 module itself is never loaded: it may not run here)."""
+    reason = registry.unavailable_reason(FAMILY, "onepass_nogil")
+    if reason is not None:
+        pytest.skip(str(reason))
+    base = importlib.import_module("impl.decode._onepass_nogil")
+    assert base.TARGET == "baseline"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        flags = set(cpuinfo.read_text().split())
+        assert AVX2_BUILD_FLAGS.issubset(flags) == base.CPU_AVX2
+    if base.CPU_AVX2:
+        assert registry.unavailable_reason(FAMILY, "onepass_nogil_avx2") is None
+        assert importlib.import_module("impl.decode._onepass_nogil_avx2").TARGET == "avx2"
+    monkeypatch.setattr(base, "CPU_AVX2", False)
+    monkeypatch.delitem(sys.modules, "impl.decode.onepass_nogil_avx2", raising=False)
+    monkeypatch.delitem(sys.modules, "impl.decode._onepass_nogil_avx2", raising=False)
+    with pytest.raises(ImportError, match="lacks AVX2"):
+        importlib.import_module("impl.decode.onepass_nogil_avx2")
+    assert "impl.decode._onepass_nogil_avx2" not in sys.modules
