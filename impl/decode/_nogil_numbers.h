@@ -492,7 +492,7 @@ inline void digits32(const uint8_t* end, size_t keep, uint64_t& high, uint64_t& 
 }
 
 // A number the caller has checked has the form -?d.d+(e[+-]dd)? (the bulk checks of
-// _onepass_walk.h), `exp` the offset of its 'e' or its length: read as logprob_double reads
+// _onepass_bulk.h), `exp` the offset of its 'e' or its length: read as logprob_double reads
 // it, without checking the form again.
 [[gnu::always_inline]] inline bool checked_logprob_double(const uint8_t* s, size_t len,
                                                           size_t exp, bool negative,

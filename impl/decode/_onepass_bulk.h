@@ -11,7 +11,8 @@
 // byte of an element it did not check, which the walk's token-at-a-time path then decides.
 //
 // Reads: 64 bytes from each block start, which is at or before the array's end (a byte no
-// check accepts); logprob_runs also the 32 bytes before its start (logprob_double's loads).
+// check accepts); logprob_runs starts 32 bytes or more into the body, since the logprob
+// readers load the 32 bytes before a number (_nogil_numbers.h).
 #pragma once
 
 #include <cstdint>
@@ -199,15 +200,12 @@ struct LogprobForm {
   }
 };
 
-// Elements of an array from `start` (an element's first byte) on that are numbers printed
-// the way vLLM prints logprobs, -?d.d+ with maybe e[+-]dd, separated by bare commas. Checked
-// 64 bytes a block as a stream, as relations between the byte-class masks, each byte against
-// the bytes before it (a '.' right after each element's one whole digit, a digit after it;
-// an 'e' after a digit and before a sign, two digits and the comma; a '-' first or after the
-// 'e'); once a block passes, `each(first, shape)` sees each element its commas end. `each`
-// returns false to stop there. Returns where it stopped: the first byte of an element it did
-// not take (the block with the array's end, or anything else, leaves the elements it holds
-// to the general path). Needs 32 readable bytes before `start` (logprob_double reads them).
+// Elements of an array from `start` (an element's first byte) on that are numbers in the form
+// LogprobForm checks, separated by bare commas, checked 64 bytes a block as a stream; once a
+// block passes, `each(first, shape)` sees each element its commas end. `each` returns false
+// to stop there. Returns where it stopped: the first byte of an element it did not take (the
+// block with the array's end, or anything else, leaves the elements it holds to the general
+// path). Needs 32 readable bytes before `start`: the readers `each` calls load them.
 template <typename F>
 size_t logprob_runs(const uint8_t* buf, size_t start, F&& each) {
 #if defined(__SSE2__)
@@ -271,8 +269,8 @@ inline size_t flat_objects(const uint8_t* buf, size_t start) {
     uint64_t object = prefix_xor(open | close) ^ prev.object;  // a '{' up to before its '}'
     uint64_t opens = quote & inside;
     uint64_t members = comma & object, outer = comma & ~object;
-    uint64_t starts = number & ~before(number, prev.number, 1);
-    uint64_t after_number = before(number, prev.number, 1) & ~number;
+    uint64_t number1 = before(number, prev.number, 1);  // the byte before is in a number
+    uint64_t starts = number & ~number1, after_number = number1 & ~number;
     // What may follow what: '{' only after a comma between objects (or first), then a key;
     // a key only after '{' or a comma between members; a number only after ':'; after a
     // number only a comma between members or '}'; after '}' only a comma between objects.
