@@ -20,8 +20,8 @@ import psutil
 from impl import pick, registry
 from impl.harness import bodies
 from impl.measure import render_table
-from impl.server.decode_workers import Processes
-from impl.server.decoding import DecodeJob, Inline
+from impl.server.offloop.inline import DecodeJob, Inline
+from impl.server.offloop.processes import Processes
 
 DEFAULT_TOKENS = (128, 1024, 4096, 16384, 262144)
 

@@ -24,7 +24,7 @@ import time
 import uuid
 from typing import Any
 
-from impl.server import embedded
+from impl.server.store.redis import embedded
 
 
 def count_calls(store: Any) -> dict[str, int]:
@@ -55,7 +55,7 @@ async def _waves(items: list[Any], concurrency: int, step: Any) -> list[Any]:
 
 async def measure(url: str, protocol: str, samples: int, concurrency: int) -> dict[str, Any]:
     """One protocol's counts per result (see the module docstring)."""
-    from impl.server.redis_store import RedisStore
+    from impl.server.store.redis.store import RedisStore
 
     store = RedisStore(
         url,

@@ -25,13 +25,13 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 import impl.encode
-from impl.server import decoding, routes
 from impl.server import limits as limits_module
 from impl.server import picks as picks_module
+from impl.server import routes
 from impl.server.baseline import BaselineStore
 from impl.server.forward import ForwardRunner
 from impl.server.limits import Limits
-from impl.server.memory_store import MemoryStore
+from impl.server.offloop import inline as decoding
 from impl.server.picks import Picks
 from impl.server.routes._raw import RawRoute, respond
 from impl.server.routes.deps import ApiError
@@ -40,6 +40,7 @@ from impl.server.sessions import Sessions
 from impl.server.settings import Settings
 from impl.server.state import LagMonitor, State
 from impl.server.store import FutureStore
+from impl.server.store.memory import MemoryStore
 
 log = logging.getLogger("hotpath.server")
 
@@ -119,7 +120,7 @@ def _store(settings: Settings, encoder: Any) -> FutureStore:
     options["session_batch_wait"] = settings.session_batch_wait
     options["session_batch_size"] = settings.session_batch
     if settings.store_kind() == "url":  # `embedded` was resolved to its URL by `serve`
-        from impl.server.redis_store import RedisStore
+        from impl.server.store.redis.store import RedisStore
 
         return RedisStore(
             settings.store,
@@ -170,7 +171,7 @@ async def lifespan(
     )
     sessions: Any = Sessions()
     if settings.store_kind() == "url":  # shared sessions; forwards of a process gone come here
-        from impl.server.redis_sessions import RedisSessions
+        from impl.server.store.redis.sessions import RedisSessions
 
         sessions = RedisSessions(store)
         store.on_takeover = forwards.submit

@@ -20,8 +20,8 @@ import numpy as np
 import orjson
 
 from impl.decode import TOPK_PAD_LOGPROB, TOPK_PAD_TOKEN, Completion, Sequence, TopK
-from impl.server.memory_store import MemoryStore
 from impl.server.store import DONE, Record
+from impl.server.store.memory import MemoryStore
 
 IMPLEMENTATIONS = {"decode": "json", "encode": "validated", "pool": "httpx", "accesslog": "rich"}
 

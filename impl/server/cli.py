@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         return supervise(settings, picks)
     embedded = None
     if settings.store_kind() == "embedded":
-        from impl.server import embedded as embedded_module
+        from impl.server.store.redis import embedded as embedded_module
 
         try:
             embedded = embedded_module.start()

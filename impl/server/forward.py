@@ -7,7 +7,7 @@ object that posts is the pool contract's `Forwarder`; this is the server's runne
 it reserves the body's expected bytes in the `BodyBudget`, the picked pool posts the request; a
 connect-phase error or a 5xx is retried once, a failure after the request was sent is final
 (the engine may still be generating, a retry would generate twice; `impl.server.upstream`). The
-picked decode design (`impl.server.decoding`: inline, threads or worker processes) turns the
+picked decode design (`impl.server.offloop.inline`: inline, threads or worker processes) turns the
 body into SampleResponse bytes with the picked decoder and encoder; with the `fetch` design a
 fetch worker process sends the request, reads the body, decodes and encodes it, and only the
 SampleResponse bytes reach this process. The store completes or fails the record with a message
@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from impl.server import upstream
-from impl.server.decoding import BodyBudget, DecodeJob, Inline, UpstreamFailed
+from impl.server.offloop.inline import BodyBudget, DecodeJob, Inline, UpstreamFailed
 from impl.server.schemas import AsampleRequest
 from impl.server.store import FutureStore, Record, StoreUnavailable
 

@@ -42,7 +42,7 @@ class Settings:
     accesslog: str | None = _opt(
         None, "access-log handler ('null' turns the access log off)", flag_type=str
     )
-    # -- off-loop decoding (impl.server.decoding) --
+    # -- off-loop decoding (impl.server.offloop.inline) --
     offloop: str = _opt(
         "auto",
         "where bodies are decoded and encoded: inline (on the event loop), threads (for a "
@@ -173,7 +173,7 @@ class Settings:
         "processes, set PROMETHEUS_MULTIPROC_DIR to an empty directory first: any process then "
         "answers with every process's figures",
     )
-    # -- the shared store and several processes (impl/server/redis_store.py, workers.py) ----
+    # -- the shared store and several processes (impl/server/store/redis/store.py, workers.py) ----
     store: str = _opt(
         "auto",
         "where futures live: 'memory' (this process only), 'embedded' (a redis-server started "
@@ -232,7 +232,7 @@ class Settings:
             raise ValueError(f"decode_worker_nice must be 0..19, got {self.decode_worker_nice!r}")
         if self.decode_workers is not None and self.decode_workers < 1:
             raise ValueError(f"decode_workers must be >= 1, got {self.decode_workers!r}")
-        from impl.server.decoding import DESIGNS
+        from impl.server.offloop.inline import DESIGNS
 
         if self.offloop not in DESIGNS:
             raise ValueError(f"offloop must be one of {', '.join(DESIGNS)}, got {self.offloop!r}")

@@ -4,7 +4,7 @@
 retries once on a connect-phase error or a 5xx; a failure after the request was sent is final
 (the engine may still be generating, a retry would generate twice). `body_of` is the body of a
 200 answer, or `UpstreamFailed` quoting what the router said instead. The server's loop
-(`impl.server.forward`) and the fetch worker processes (`impl.server.fetch_workers`) both call
+(`impl.server.forward`) and the fetch worker processes (`impl.server.offloop.fetch`) both call
 these, so a sample fails with the same message wherever its request was sent from.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from impl.pool import ConnectError, ReadError, Reply
-from impl.server.decoding import UpstreamFailed
+from impl.server.offloop.inline import UpstreamFailed
 
 HEADERS = {"Content-Type": "application/json"}
 _QUOTE = 200

@@ -116,7 +116,7 @@ class Worker:
 
 def supervise(settings: Settings, picks: Picks) -> int:
     """Run `settings.workers` server processes until SIGTERM/SIGINT; the exit status."""
-    from impl.server import embedded as embedded_module
+    from impl.server.store.redis import embedded as embedded_module
 
     store = None
     if settings.store_kind() == "embedded":

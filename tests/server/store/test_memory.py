@@ -10,11 +10,11 @@ import pytest
 
 from impl import registry
 from impl.encode import proto_to_json, samples
-from impl.server import memory_store
 from impl.server.baseline import json_to_completion
-from impl.server.held import REASONS
-from impl.server.memory_store import MemoryStore
 from impl.server.store import DONE, FAILED, PENDING
+from impl.server.store import memory as memory_store
+from impl.server.store.held import REASONS
+from impl.server.store.memory import MemoryStore
 
 
 def _store(**overrides) -> MemoryStore:

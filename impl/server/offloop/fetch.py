@@ -1,6 +1,6 @@
 """Fetch worker processes: the router request goes down a socket, SampleResponse bytes come back.
 
-With decode workers (`impl.server.decode_workers`) the server's loop still receives every body
+With decode workers (`impl.server.offloop.processes`) the server's loop still receives every body
 through its pool: on probe-128x262k that receive (the pool's completion and its copy of ~20 MB)
 held the loop for 80-430 ms at a time, the longest stalls left. Here each worker process runs its
 own event loop and its own pool of the picked implementation: the server sends it the router
@@ -43,8 +43,8 @@ from typing import Any
 
 import orjson
 
-from impl.server.decode_workers import WorkerDied, start_worker, wait_or_kill
-from impl.server.decoding import DecodeJob, Fetched, Inline, UpstreamFailed, to_proto
+from impl.server.offloop.inline import DecodeJob, Fetched, Inline, UpstreamFailed, to_proto
+from impl.server.offloop.processes import WorkerDied, start_worker, wait_or_kill
 
 log = logging.getLogger("hotpath.server")
 
@@ -108,7 +108,7 @@ class FetchWorkers(Inline):
         if "max_connections" in options:  # the cap is shared out, not multiplied
             options["max_connections"] = max(1, -(-options["max_connections"] // workers))
         self.command = [
-            sys.executable, "-m", "impl.server.fetch_workers", "--decode", decoder_name,
+            sys.executable, "-m", "impl.server.offloop.fetch", "--decode", decoder_name,
             "--encode", encoder_name, "--pool", pool_name, "--pool-options",
             orjson.dumps(options).decode(), "--nice", str(nice),
         ]  # fmt: skip
@@ -323,7 +323,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """The worker: frames in and out on the socket that is its stdin, until the server closes it."""
-    parser = argparse.ArgumentParser(prog="python -m impl.server.fetch_workers")
+    parser = argparse.ArgumentParser(prog="python -m impl.server.offloop.fetch")
     parser.add_argument("--decode", required=True, help="decode implementation (registry name)")
     parser.add_argument("--encode", required=True, help="encode implementation (registry name)")
     parser.add_argument("--pool", required=True, help="pool implementation (registry name)")

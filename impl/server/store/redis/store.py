@@ -49,15 +49,6 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from impl.server import redis_scripts as lua
-from impl.server.completions import CLONE_BLOCK
-from impl.server.held import AT_ONCE, HOLD_EXPIRED, RELEASED, HeldPolls, settle
-from impl.server.redis_background import StoreBackground
-from impl.server.redis_completions import SCRIPTS as SESSION_SCRIPTS
-from impl.server.redis_completions import RedisSessionLogs, SessionPolling
-from impl.server.redis_pipeline import AutoPipeline
-from impl.server.redis_scripts import address, bucket, guard, now_ms, pack, unkey
-from impl.server.redis_scripts import unpack_job as unpack_job
 from impl.server.store import (
     DONE,
     FAILED,
@@ -67,6 +58,15 @@ from impl.server.store import (
     Record,
 )
 from impl.server.store import StoreUnavailable as StoreUnavailable
+from impl.server.store.completions import CLONE_BLOCK
+from impl.server.store.held import AT_ONCE, HOLD_EXPIRED, RELEASED, HeldPolls, settle
+from impl.server.store.redis import scripts as lua
+from impl.server.store.redis.background import StoreBackground
+from impl.server.store.redis.completions import SCRIPTS as SESSION_SCRIPTS
+from impl.server.store.redis.completions import RedisSessionLogs, SessionPolling
+from impl.server.store.redis.pipeline import AutoPipeline
+from impl.server.store.redis.scripts import address, bucket, guard, now_ms, pack, unkey
+from impl.server.store.redis.scripts import unpack_job as unpack_job
 
 log = logging.getLogger("hotpath.server")
 _COUNTERS = (

@@ -48,7 +48,7 @@ STACK_ARGS = {
 
 def _shared_store_missing() -> str | None:
     """Why the --workers 2 stack cannot run here, or None."""
-    from impl.server import embedded
+    from impl.server.store.redis import embedded
 
     try:
         import redis  # noqa: F401

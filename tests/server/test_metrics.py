@@ -22,7 +22,7 @@ parser = pytest.importorskip(
     "prometheus_client.parser", reason="needs prometheus-client: pip install 'hotpath[server]'"
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "hotpath-server.json"
 STEP = "hotpath_step_duration_seconds_count"
 REQUESTS = "hotpath_http_request_duration_seconds_count"

@@ -14,8 +14,8 @@ import os
 import time
 from typing import Any
 
-from impl.server.redis_scripts import guard
-from impl.server.redis_store import RedisStore
+from impl.server.store.redis.scripts import guard
+from impl.server.store.redis.store import RedisStore
 
 _FINISH = """
 local sampling = redis.call('HGET', KEYS[1], 'sampling')

@@ -17,11 +17,11 @@ pytest.importorskip("redis", reason="the shared store needs redis-py: pip instal
 
 from impl.encode import sample_pb2
 from impl.harness import bodies
-from impl.server import embedded
-from impl.server.decoding import DecodeJob
 from impl.server.forward import Job
-from impl.server.redis_store import RedisStore
+from impl.server.offloop.inline import DecodeJob
 from impl.server.store import DONE, FAILED, PENDING, StoreUnavailable
+from impl.server.store.redis import embedded
+from impl.server.store.redis.store import RedisStore
 
 pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
 DELAY_BASE = 800_000_000  # tests/_fake_vllm.py: seed DELAY_BASE + ms answers after ms

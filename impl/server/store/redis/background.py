@@ -14,9 +14,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from impl.server.held import WOKEN, settle
-from impl.server.redis_scripts import BUCKET_S, now_ms, unkey, unpack_job
 from impl.server.store import Record
+from impl.server.store.held import WOKEN, settle
+from impl.server.store.redis.scripts import BUCKET_S, now_ms, unkey, unpack_job
 
 log = logging.getLogger("hotpath.server")
 #: How many recently completed request ids each process remembers.

@@ -3,11 +3,11 @@
 Implements `impl.server.store.FutureStore` (its docstring has the retention rules). Expiry is
 lazy on lookup plus a periodic sweep over two deques of deadlines (each append is in time
 order, so the sweep pops from the front: O(1) per record, no scan). Session completion logs are
-delegated to `impl.server.completions.SessionLogs`. Legacy JSON for non-protobuf clients is
+delegated to `impl.server.store.completions.SessionLogs`. Legacy JSON for non-protobuf clients is
 derived from the stored proto bytes on first use, cached, and computed once even when several
 polls miss together (one asyncio Future per record); large payloads are converted in a worker
 thread so the event loop keeps serving. Held polls settle with the reason that released them
-(`impl.server.held`).
+(`impl.server.store.held`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from impl.server.completions import Entry, SessionLogs, Target, target_of
-from impl.server.held import AT_ONCE, HOLD_EXPIRED, RELEASED, WOKEN, HeldPolls, settle
 from impl.server.store import (
     DONE,
     FAILED,
@@ -30,6 +28,8 @@ from impl.server.store import (
     Key,
     Record,
 )
+from impl.server.store.completions import Entry, SessionLogs, Target, target_of
+from impl.server.store.held import AT_ONCE, HOLD_EXPIRED, RELEASED, WOKEN, HeldPolls, settle
 
 
 class MemoryStore:

@@ -8,8 +8,8 @@ seconds, encode seconds)` (`UpstreamFailed` saying why not):
 
 - `inline`: decode and encode on the loop (the cheapest for small bodies, and the baseline);
 - `threads`: a thread pool, for a decoder whose parse releases the GIL (`releases_gil`);
-- `processes`: decode worker processes (`impl.server.decode_workers`), for any decoder;
-- `fetch`: fetch worker processes (`impl.server.fetch_workers`) that also send the router
+- `processes`: decode worker processes (`impl.server.offloop.processes`), for any decoder;
+- `fetch`: fetch worker processes (`impl.server.offloop.fetch`) that also send the router
   request and read its body with the picked pool, so the body never enters the server's process
   (`fetch(url, request, job) -> Fetched` instead of `to_proto`, for requests whose expected body
   is `--offloop-min-bytes` or more). `auto` picks it for every decoder, as measured (`choose`).
@@ -288,7 +288,7 @@ def create(
     if design == "threads":
         return Threads(decoder, encoder, workers=workers, min_bytes=min_bytes)
     if design == "processes":
-        from impl.server.decode_workers import Processes
+        from impl.server.offloop.processes import Processes
 
         return Processes(
             decoder,
@@ -300,7 +300,7 @@ def create(
             nice=nice,
         )
     if design == "fetch":
-        from impl.server.fetch_workers import FetchWorkers
+        from impl.server.offloop.fetch import FetchWorkers
 
         return FetchWorkers(
             decoder,

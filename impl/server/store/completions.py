@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
-from impl.server.held import (
+from impl.server.store.held import (
     AT_ONCE,
     BATCH_DEADLINE,
     HOLD_EXPIRED,

@@ -19,13 +19,13 @@ import _fake_vllm as fake
 import orjson
 import pytest
 from _server import Api, start_server, start_upstream
-from test_server_offloop import _decoders, _gone, _wait_for, _worker_pids
+from test_processes import _decoders, _gone, _wait_for, _worker_pids
 
 from impl import registry
 from impl.pool import PREFERENCE
-from impl.server import decoding
-from impl.server.decoding import BodyBudget, DecodeJob, UpstreamFailed
 from impl.server.forward import ForwardRunner, Job
+from impl.server.offloop import inline as decoding
+from impl.server.offloop.inline import BodyBudget, DecodeJob, UpstreamFailed
 
 POOL = next(name for name in PREFERENCE if registry.unavailable_reason("pool", name) is None)
 PROMPT = [128000, 7, 8, 9, 10, 11]

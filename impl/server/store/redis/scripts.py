@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from impl.server.decoding import DecodeJob
 from impl.server.forward import Job
+from impl.server.offloop.inline import DecodeJob
 from impl.server.store import Key, StoreUnavailable
 
 #: Stored-result bytes are counted per bucket of expiry deadlines this many seconds wide.

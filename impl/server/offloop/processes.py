@@ -1,6 +1,6 @@
 """Decode worker processes: the body goes down a socket, SampleResponse bytes come back.
 
-Each worker is `python -m impl.server.decode_workers --decode NAME --encode NAME`, a child of
+Each worker is `python -m impl.server.offloop.processes --decode NAME --encode NAME`, a child of
 the server whose stdin and stdout are one end of a Unix socket pair (4 MiB socket buffers where
 `net.core.wmem_max` allows). The loop only moves bytes: it writes the body as it is (no
 pickling, no copy in Python: the transport writes from the bytes object) and reads the answer;
@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from impl.server.decoding import Converted, DecodeJob, Inline, UpstreamFailed, to_proto
+from impl.server.offloop.inline import Converted, DecodeJob, Inline, UpstreamFailed, to_proto
 
 log = logging.getLogger("hotpath.server")
 
@@ -160,7 +160,7 @@ class Processes(Inline):
     ) -> None:
         super().__init__(decoder, encoder)
         self.command = [
-            sys.executable, "-m", "impl.server.decode_workers",
+            sys.executable, "-m", "impl.server.offloop.processes",
             "--decode", decoder_name, "--encode", encoder_name, "--nice", str(nice),
         ]  # fmt: skip
         self.nice = nice
@@ -268,7 +268,7 @@ def _write_all(fd: int, *parts: bytes) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The worker loop: frames in on stdin, frames out on stdout, until stdin closes."""
-    parser = argparse.ArgumentParser(prog="python -m impl.server.decode_workers")
+    parser = argparse.ArgumentParser(prog="python -m impl.server.offloop.processes")
     parser.add_argument("--decode", required=True, help="decode implementation (registry name)")
     parser.add_argument("--encode", required=True, help="encode implementation (registry name)")
     parser.add_argument("--nice", type=int, default=0, help="added to this process's niceness")

@@ -18,7 +18,7 @@ POLL = "/api/v1/retrieve_futures"
 
 
 def _no_engine() -> str | None:
-    from impl.server import embedded
+    from impl.server.store.redis import embedded
 
     try:
         import redis  # noqa: F401

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from impl.server import embedded
-from impl.server.completions import CLONE_BLOCK, target_of
-from impl.server.memory_store import MemoryStore
+from impl.server.store.completions import CLONE_BLOCK, target_of
+from impl.server.store.memory import MemoryStore
+from impl.server.store.redis import embedded
 
 SS = "session-x:sample:0"
 TARGET = (SS, 0)
@@ -52,7 +52,7 @@ def make(request):
         options.update(overrides)
         if kind == "memory":
             return MemoryStore(**options)
-        from impl.server.redis_store import RedisStore
+        from impl.server.store.redis.store import RedisStore
 
         options.setdefault("prefix", prefix)
         return RedisStore(url, **options)
@@ -78,7 +78,7 @@ def run(coro):
 
 
 def _reasons(store, kind: str = "session") -> dict[str, int]:
-    """Why the store's held polls of `kind` answered so far (`impl.server.held`)."""
+    """Why the store's held polls of `kind` answered so far (`impl.server.store.held`)."""
     return dict(store.held_polls.counts[kind])
 
 

@@ -17,7 +17,7 @@ import pytest
 from _server import start_server, start_upstream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_server_hostile import ALL_ROUTES, SMALL, Connection
+from test_hostile import ALL_ROUTES, SMALL, Connection
 
 FIELDS = (
     "request_id",

@@ -1,6 +1,6 @@
 """Per-session completion logs on the shared store: `retrieve_futures` on Redis/Valkey.
 
-The facts and rules are those of the in-memory logs (`impl.server.completions`): per target
+The facts and rules are those of the in-memory logs (`impl.server.store.completions`): per target
 (sampling session, clone) a log of completions at consecutive positions, a cursor that drops
 what the client has seen, acks that start the retrieved clock, batching while the target has
 samples pending. Here the facts live in the engine, so a poll may land on any process, and a
@@ -33,10 +33,10 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from impl.server.completions import CLONE_BLOCK, Entry, Target, cursor_base
-from impl.server.held import AT_ONCE, BATCH_DEADLINE, HOLD_EXPIRED, RELEASED, WOKEN, settle
-from impl.server.redis_scripts import bucket, guard, now_ms
 from impl.server.store import SESSION_ANSWER_LIMIT, Key
+from impl.server.store.completions import CLONE_BLOCK, Entry, Target, cursor_base
+from impl.server.store.held import AT_ONCE, BATCH_DEADLINE, HOLD_EXPIRED, RELEASED, WOKEN, settle
+from impl.server.store.redis.scripts import bucket, guard, now_ms
 
 # KEYS: meta hash, list. ARGV: clone, cursor, limit, batch size, now ms, batch wait ms, record
 # key prefix, final (1: answer whatever there is). Returns -1 for an unknown cursor; {0} when

@@ -22,9 +22,9 @@ from _server import Api, start_server, start_upstream
 
 from impl import registry
 from impl.decode import Completion
-from impl.server import decoding
-from impl.server.decode_workers import Processes
-from impl.server.decoding import BodyBudget, DecodeJob, UpstreamFailed, to_proto
+from impl.server.offloop import inline as decoding
+from impl.server.offloop.inline import BodyBudget, DecodeJob, UpstreamFailed, to_proto
+from impl.server.offloop.processes import Processes
 
 REFERENCE_DECODER = registry.create("decode", registry.reference("decode"))
 REFERENCE_ENCODER = registry.create("encode", registry.reference("encode"))

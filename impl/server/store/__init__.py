@@ -2,8 +2,8 @@
 
 `FutureStore` is the interface the routes and the forward runner use (async, so a shared store
 can stand in for the embedded one); `Record` is one sample's future, and the constants name its
-states. The implementations are `impl.server.memory_store.MemoryStore` (embedded, one process)
-and `impl.server.redis_store.RedisStore` (shared by several processes).
+states. The implementations are `impl.server.store.memory.MemoryStore` (embedded, one process)
+and `impl.server.store.redis.store.RedisStore` (shared by several processes).
 
 Retention has two clocks. A completed (or failed) result is kept `completed_ttl` seconds while
 undelivered; once its response really reached a client (`delivered`, called by the route after
@@ -15,7 +15,7 @@ Once a delivered record is evicted, its key still answers with the same request_
 up on and the server reaches late (minutes behind, under overload) must not generate the sample
 a second time. A key whose result expired undelivered is forgotten, so a re-submit generates.
 Every finished or failed sample is also appended to its sampling session's completion log
-(`impl.server.completions`), which `retrieve_futures` reads with a cursor and acknowledges.
+(`impl.server.store.completions`), which `retrieve_futures` reads with a cursor and acknowledges.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from impl.server.completions import Entry, Target
-from impl.server.held import HeldPolls
+from impl.server.store.completions import Entry, Target
+from impl.server.store.held import HeldPolls
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
 #: Payloads above this many bytes are converted to JSON in a worker thread.
@@ -142,7 +142,7 @@ class FutureStore(Protocol):
 
     def stats(self) -> dict[str, int]: ...
 
-    #: why this process's held polls answered (`impl.server.held`; /healthz `held_polls`)
+    #: why this process's held polls answered (`impl.server.store.held`; /healthz `held_polls`)
     held_polls: HeldPolls
 
     def describe(self) -> dict[str, Any]:
