@@ -26,12 +26,11 @@ from fastapi.responses import JSONResponse
 
 import impl.encode
 from impl.server import limits as limits_module
+from impl.server import offloop, routes
 from impl.server import picks as picks_module
-from impl.server import routes
 from impl.server.baseline import BaselineStore
-from impl.server.forward import ForwardRunner
+from impl.server.forward import BodyBudget, ForwardRunner
 from impl.server.limits import Limits
-from impl.server.offloop import inline as decoding
 from impl.server.picks import Picks
 from impl.server.routes._raw import RawRoute, respond
 from impl.server.routes.deps import ApiError
@@ -144,19 +143,19 @@ async def lifespan(
     parts = picks_module.create(picks, settings)
     store = _store(settings, parts["encoder"])
     metrics = _metrics(app, settings, picks)
-    design, reason = decoding.choose(
+    design, reason = offloop.choose(
         settings.offloop, picks.decode.name, parts["decoder"], baseline=settings.baseline
     )
     log.info("decode design %s: %s", design, reason)
-    runner = decoding.create(
+    runner = offloop.create(
         design,
         decoder=parts["decoder"],
         encoder=parts["encoder"],
         decoder_name=picks.decode.name,
         encoder_name=picks.encode.name,
-        workers=settings.decode_workers or decoding.default_workers(),
+        workers=settings.decode_workers or offloop.default_workers(),
         min_bytes=settings.offloop_min_bytes,
-        nice=decoding.worker_nice(design, settings.decode_worker_nice),
+        nice=offloop.worker_nice(design, settings.decode_worker_nice),
         pool_name=picks.pool.name,
         pool_options=picks_module.pool_options(settings),
     )
@@ -166,7 +165,7 @@ async def lifespan(
         decoding=runner,
         store=store,
         url=settings.completions_url,
-        budget=decoding.BodyBudget(settings.max_body_bytes_in_flight),
+        budget=BodyBudget(settings.max_body_bytes_in_flight),
         metrics=metrics,
     )
     sessions: Any = Sessions()
@@ -174,7 +173,7 @@ async def lifespan(
         from impl.server.store.redis.sessions import RedisSessions
 
         sessions = RedisSessions(store)
-        store.on_takeover = forwards.submit
+        store.on_takeover = forwards.take_over
     state = State(
         settings,
         picks,

@@ -42,7 +42,7 @@ class Settings:
     accesslog: str | None = _opt(
         None, "access-log handler ('null' turns the access log off)", flag_type=str
     )
-    # -- off-loop decoding (impl.server.offloop.inline) --
+    # -- off-loop decoding (impl.server.offloop) --
     offloop: str = _opt(
         "auto",
         "where bodies are decoded and encoded: inline (on the event loop), threads (for a "
@@ -232,7 +232,7 @@ class Settings:
             raise ValueError(f"decode_worker_nice must be 0..19, got {self.decode_worker_nice!r}")
         if self.decode_workers is not None and self.decode_workers < 1:
             raise ValueError(f"decode_workers must be >= 1, got {self.decode_workers!r}")
-        from impl.server.offloop.inline import DESIGNS
+        from impl.server.offloop import DESIGNS
 
         if self.offloop not in DESIGNS:
             raise ValueError(f"offloop must be one of {', '.join(DESIGNS)}, got {self.offloop!r}")

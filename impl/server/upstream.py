@@ -14,10 +14,18 @@ from collections.abc import Callable
 from typing import Any
 
 from impl.pool import ConnectError, ReadError, Reply
-from impl.server.offloop.inline import UpstreamFailed
 
 HEADERS = {"Content-Type": "application/json"}
 _QUOTE = 200
+
+
+class UpstreamFailed(Exception):
+    """The sample cannot complete; the message is what retrieve_future reports, `kind` its
+    class in the metrics (connect, read, http_5xx, http_status, decode, choices, decode_worker)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def quote(body: bytes) -> str:

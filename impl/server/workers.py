@@ -16,7 +16,6 @@ stops the children by PID, then the embedded store.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import logging
 import os
@@ -34,9 +33,9 @@ from typing import IO
 from impl import registry
 from impl.server.picks import Picks
 from impl.server.settings import Settings, env_name
+from impl.server.store.redis.embedded import die_with_parent
 
 log = logging.getLogger("hotpath.server")
-PR_SET_PDEATHSIG = 1
 _READY = re.compile(r"^hotpath-server listening on (http://\S+)$")
 
 
@@ -48,12 +47,6 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
-
-
-def die_with_parent() -> None:
-    """In a child before exec: SIGTERM when the supervisor dies, even by SIGKILL (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def child_environment(settings: Settings, picks: Picks, index: int) -> dict[str, str]:

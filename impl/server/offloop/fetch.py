@@ -43,8 +43,9 @@ from typing import Any
 
 import orjson
 
-from impl.server.offloop.inline import DecodeJob, Fetched, Inline, UpstreamFailed, to_proto
+from impl.server.offloop.inline import DecodeJob, Fetched, Inline, to_proto
 from impl.server.offloop.processes import WorkerDied, start_worker, wait_or_kill
+from impl.server.upstream import UpstreamFailed
 
 log = logging.getLogger("hotpath.server")
 

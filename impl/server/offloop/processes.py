@@ -39,7 +39,8 @@ from typing import Any
 
 import orjson
 
-from impl.server.offloop.inline import Converted, DecodeJob, Inline, UpstreamFailed, to_proto
+from impl.server.offloop.inline import Converted, DecodeJob, Inline, to_proto
+from impl.server.upstream import UpstreamFailed
 
 log = logging.getLogger("hotpath.server")
 

@@ -23,9 +23,10 @@ from test_processes import _decoders, _gone, _wait_for, _worker_pids
 
 from impl import registry
 from impl.pool import PREFERENCE
-from impl.server.forward import ForwardRunner, Job
-from impl.server.offloop import inline as decoding
-from impl.server.offloop.inline import BodyBudget, DecodeJob, UpstreamFailed
+from impl.server import offloop
+from impl.server.forward import BodyBudget, ForwardRunner, Job
+from impl.server.offloop.inline import DecodeJob
+from impl.server.upstream import UpstreamFailed
 
 POOL = next(name for name in PREFERENCE if registry.unavailable_reason("pool", name) is None)
 PROMPT = [128000, 7, 8, 9, 10, 11]
@@ -65,7 +66,7 @@ async def _outcome(runner: ForwardRunner, job: Job) -> bytes | str:
         return f"{exc.kind}: {exc}"
 
 
-def _runner(design: decoding.Inline, url: str) -> ForwardRunner:
+def _runner(design: offloop.Inline, url: str) -> ForwardRunner:
     pool = registry.create("pool", POOL, max_connections=16, connect_timeout=5, read_timeout=30)
     budget = BodyBudget(64 << 20)
     return ForwardRunner(pool=pool, decoding=design, store=None, url=url, budget=budget)  # type: ignore[arg-type]
@@ -85,19 +86,19 @@ def test_fetch_workers_give_what_the_loop_gives(upstream, name):
         return [_job(1, 16, None, s, once if s == fake.SEED_500_ONCE else PROMPT) for s in FAULTS]
 
     async def run() -> None:
-        fetch = decoding.create(
+        fetch = offloop.create(
             "fetch", decoder=decoder, encoder=encoder, decoder_name=name, encoder_name="wire",
             workers=2, min_bytes=0, pool_name=POOL,
             pool_options={"max_connections": 8, "connect_timeout": 5, "read_timeout": 30},
         )  # fmt: skip
         await fetch.start()
-        inline = _runner(decoding.Inline(decoder, encoder), url)
+        inline = _runner(offloop.Inline(decoder, encoder), url)
         fetched = _runner(fetch, url)
         dead = "http://127.0.0.1:1/v1/completions"
         try:
             prompt = [*PROMPT, 1000 + registry.names("decode").index(name)]
             want = [await _outcome(inline, job) for job in (*jobs, *faults(prompt))]
-            want.append(await _outcome(_runner(decoding.Inline(decoder, encoder), dead), jobs[0]))
+            want.append(await _outcome(_runner(offloop.Inline(decoder, encoder), dead), jobs[0]))
             got = await asyncio.gather(
                 *(_outcome(fetched, job) for job in (*jobs, *faults([*prompt, 1])))
             )
@@ -128,13 +129,13 @@ def test_small_expected_bodies_stay_on_the_loop(upstream):
     async def run() -> None:
         decoder = registry.create("decode", "json")
         encoder = registry.create("encode", "wire")
-        fetch = decoding.create(
+        fetch = offloop.create(
             "fetch", decoder=decoder, encoder=encoder, decoder_name="json", encoder_name="wire",
             workers=1, min_bytes=2 << 20, pool_name=POOL, pool_options={},
         )  # fmt: skip
         await fetch.start()
         runner = _runner(fetch, upstream.url + "/v1/completions")
-        inline = _runner(decoding.Inline(decoder, encoder), upstream.url + "/v1/completions")
+        inline = _runner(offloop.Inline(decoder, encoder), upstream.url + "/v1/completions")
         try:
             job = _job(1, 32, None, 5, PROMPT)  # expects 1 MiB: under the 2 MiB threshold
             assert await _outcome(runner, job) == await _outcome(inline, job)

@@ -21,10 +21,12 @@ import pytest
 from _server import Api, start_server, start_upstream
 
 from impl import registry
-from impl.decode import Completion
-from impl.server.offloop import inline as decoding
-from impl.server.offloop.inline import BodyBudget, DecodeJob, UpstreamFailed, to_proto
+from impl.decode import Completion, releases_gil
+from impl.server import offloop
+from impl.server.forward import BodyBudget
+from impl.server.offloop.inline import DecodeJob, to_proto
 from impl.server.offloop.processes import Processes
+from impl.server.upstream import UpstreamFailed
 
 REFERENCE_DECODER = registry.create("decode", registry.reference("decode"))
 REFERENCE_ENCODER = registry.create("encode", registry.reference("encode"))
@@ -67,7 +69,7 @@ def _expected(body: bytes, job: DecodeJob) -> bytes | str:
         return str(exc)
 
 
-async def _through(design: decoding.Inline, body: bytes, job: DecodeJob) -> bytes | str:
+async def _through(design: offloop.Inline, body: bytes, job: DecodeJob) -> bytes | str:
     try:
         payload, decode_seconds, encode_seconds = await design.to_proto(body, job)
         assert decode_seconds > 0 and encode_seconds > 0  # the steps' times come back too
@@ -96,7 +98,7 @@ def test_worker_processes_give_the_reference_bytes(name):
             assert "returned 1 choices for n=3" in await _through(design, CASES[0].body, wrong_n)
             for bad_name, body in INVALID:
                 job = DecodeJob(None, 1, 0, False)
-                inline = await _through(decoding.Inline(decoder, encoder), body, job)
+                inline = await _through(offloop.Inline(decoder, encoder), body, job)
                 assert isinstance(inline, str) and "unreadable" in inline
                 assert await _through(design, body, job) == inline, bad_name
             assert design.stats()["offloop"] == len(jobs) + 1 + len(INVALID)
@@ -126,15 +128,15 @@ def test_threads_give_the_same_bytes_for_a_gil_releasing_decoder():
     """auto picks fetch workers for every decoder (measured: the freest loop); threads are there
     when asked for, and give the same bytes."""
     stand_in = _GilFreeStandIn()
-    design, reason = decoding.choose("auto", "stand-in", stand_in, baseline=False)
+    design, reason = offloop.choose("auto", "stand-in", stand_in, baseline=False)
     assert design == "fetch" and "releases the GIL" in reason and "probe-128x262k" in reason
-    design, reason = decoding.choose("auto", "json", REFERENCE_DECODER, baseline=False)
+    design, reason = offloop.choose("auto", "json", REFERENCE_DECODER, baseline=False)
     assert design == "fetch" and "holds the GIL" in reason
-    assert decoding.choose("auto", "json", stand_in, baseline=True)[0] == "inline"
-    assert decoding.choose("threads", "json", stand_in, baseline=False)[0] == "threads"
+    assert offloop.choose("auto", "json", stand_in, baseline=True)[0] == "inline"
+    assert offloop.choose("threads", "json", stand_in, baseline=False)[0] == "threads"
 
     async def run() -> None:
-        threads = decoding.create(
+        threads = offloop.create(
             "threads",
             decoder=stand_in,
             encoder=REFERENCE_ENCODER,
@@ -299,11 +301,11 @@ def test_shutdown_with_work_in_flight_leaves_no_worker_and_does_not_hang():
 @pytest.mark.parametrize("name", _decoders())
 def test_threads_give_the_reference_bytes_for_every_gil_free_decoder(name):
     decoder = registry.create("decode", name)
-    if not decoding.releases_gil(decoder):
+    if not releases_gil(decoder):
         pytest.skip(f"{name} holds the GIL: threads are not its design")
 
     async def run() -> None:
-        threads = decoding.Threads(decoder, REFERENCE_ENCODER, workers=2, min_bytes=0)
+        threads = offloop.Threads(decoder, REFERENCE_ENCODER, workers=2, min_bytes=0)
         try:
             jobs = [(case.body, _job(case, _n(case))) for case in CASES]
             got = await asyncio.gather(*(_through(threads, body, job) for body, job in jobs))

@@ -168,7 +168,7 @@ def test_a_lapsed_lease_is_taken_over_with_its_job(engine):
         job = Job(b'{"prompt":[1,2,3],"n":2}', DecodeJob([1, 2, 3], 2, 0, True), 4096)
         record = await a.create(("s", 1), 2, job)
         taken: list = []
-        b.on_takeover = lambda rec, j: taken.append((rec, j))
+        b.on_takeover = lambda rec, body, options: taken.append((rec, Job.unpack(body, options)))
         assert await b.take_over() == 0  # a's lease still runs
         await asyncio.sleep(0.3)  # a never renews: it "died"
         assert await b.take_over() == 1

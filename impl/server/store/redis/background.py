@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from impl.server.store import Record
 from impl.server.store.held import WOKEN, settle
-from impl.server.store.redis.scripts import BUCKET_S, now_ms, unkey, unpack_job
+from impl.server.store.redis.scripts import BUCKET_S, now_ms, unkey
 
 log = logging.getLogger("hotpath.server")
 #: How many recently completed request ids each process remembers.
@@ -141,5 +141,5 @@ class StoreBackground:
             self.owned.add(request_id)
             log.warning("taking over %s: its owner's lease lapsed", request_id)
             if self.on_takeover is not None:
-                self.on_takeover(record, unpack_job(body, options.decode()))
+                self.on_takeover(record, body, options.decode())
         return len(claimed)

@@ -10,6 +10,8 @@ distribution's package is the maintained source.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -18,12 +20,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-import redis
-
+PR_SET_PDEATHSIG = 1
 INSTALL_HINT = (
     "the embedded store needs the redis-server binary (Redis >= 7): "
     "`apt-get install redis-server`, or pass --store redis://HOST:PORT/DB"
 )
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM when its parent dies, even by SIGKILL (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def binary() -> str | None:
@@ -86,7 +93,7 @@ def start(
         "--maxclients", "10000",
         *extra,
     ]  # fmt: skip
-    from impl.server.workers import die_with_parent
+    import redis
 
     process = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent

@@ -14,11 +14,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from redis.exceptions import RedisError
 
-from impl.server.forward import Job
-from impl.server.offloop.inline import DecodeJob
 from impl.server.store import Key, StoreUnavailable
 
 #: Stored-result bytes are counted per bucket of expiry deadlines this many seconds wide.
@@ -196,20 +193,3 @@ def unkey(raw: bytes | None) -> Key | None:
         return None
     session, seq = raw.decode().rsplit("\0", 1)
     return (session, int(seq))
-
-
-def unpack_job(body: bytes, options: str) -> Job:
-    """The Job `_pack` kept, for the process taking a record over."""
-    n, topk, include, keep, expected = (int(part) for part in options.split(" "))
-    prompt = orjson.loads(body)["prompt"] if keep else None
-    return Job(body, DecodeJob(prompt, n, topk, bool(include)), expected)
-
-
-def pack(job: Any) -> tuple[bytes, str]:
-    """A forward's router body and options as the record keeps them (for a takeover)."""
-    if job is None:
-        return b"", ""
-    decode = job.decode
-    keep = int(decode.prompt_tokens is not None)
-    options = f"{decode.n} {decode.topk} {int(decode.include_prompt_logprobs)} {keep}"
-    return job.body, f"{options} {job.expected_bytes}"

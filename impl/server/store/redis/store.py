@@ -65,8 +65,7 @@ from impl.server.store.redis.background import StoreBackground
 from impl.server.store.redis.completions import SCRIPTS as SESSION_SCRIPTS
 from impl.server.store.redis.completions import RedisSessionLogs, SessionPolling
 from impl.server.store.redis.pipeline import AutoPipeline
-from impl.server.store.redis.scripts import address, bucket, guard, now_ms, pack, unkey
-from impl.server.store.redis.scripts import unpack_job as unpack_job
+from impl.server.store.redis.scripts import address, bucket, guard, now_ms, unkey
 
 log = logging.getLogger("hotpath.server")
 _COUNTERS = (
@@ -135,8 +134,9 @@ class RedisStore(SessionPolling, StoreBackground):
         self.listening = False
         self.owned: set[str] = set()
         self.json_futures: dict[str, asyncio.Future[bytes]] = {}
-        #: Set by the lifespan: forwards a record taken over from a process that went away.
-        self.on_takeover: Callable[[Record, Any], None] | None = None
+        #: Set by the lifespan: forwards a record taken over from a process that went away,
+        #: given the job as `create` kept it (`job.pack()`: router body, options).
+        self.on_takeover: Callable[[Record, bytes, str], None] | None = None
         self.view = {"pending": 0, "stored_bytes": 0, **dict.fromkeys(_COUNTERS, 0)}
         self.rtt_ms: float | None = None
         self.error: str | None = None
@@ -216,7 +216,7 @@ class RedisStore(SessionPolling, StoreBackground):
     async def create(self, key: Key | None, n: int, job: Any = None) -> Record:
         self._ids += 1
         request_id = f"{self._prefix}-{self._ids}"
-        body, options = pack(job)
+        body, options = (b"", "") if job is None else job.pack()
         existing = await self.pipe.script(
             "create",
             [
