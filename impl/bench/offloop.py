@@ -55,7 +55,7 @@ async def _run(args: argparse.Namespace) -> list[tuple[object, ...]]:
         encoder,
         decoder_name=args.decode,
         encoder_name=args.encode,
-        workers=args.workers,
+        count=args.workers,
         min_bytes=0,
     )
     await processes.start()

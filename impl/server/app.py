@@ -153,7 +153,7 @@ async def lifespan(
         encoder=parts["encoder"],
         decoder_name=picks.decode.name,
         encoder_name=picks.encode.name,
-        workers=settings.decode_workers or offloop.default_workers(),
+        count=settings.decode_workers or offloop.default_workers(),
         min_bytes=settings.offloop_min_bytes,
         nice=offloop.worker_nice(design, settings.decode_worker_nice),
         pool_name=picks.pool.name,

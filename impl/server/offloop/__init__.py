@@ -15,9 +15,11 @@ seconds, encode seconds)` (`UpstreamFailed` saying why not):
   (`fetch(url, request, job) -> Fetched` instead of `to_proto`, for requests whose expected body
   is `--offloop-min-bytes` or more). `auto` picks it for every decoder, as measured (`choose`).
 
-Bodies under `--offloop-min-bytes` stay inline in every design: handing them over costs the
-loop more than decoding them. `BodyBudget` caps the upstream body bytes held at once
-(`--max-body-bytes-in-flight`; `impl.server.forward`).
+Both process designs share their child-process plumbing (`impl.server.offloop.children`: start
+on a socket pair, reap, replace, stop, the failure frames). Bodies under `--offloop-min-bytes`
+stay inline in every design: handing them over costs the loop more than decoding them.
+`BodyBudget` (`impl.server.forward`) caps the upstream body bytes held at once
+(`--max-body-bytes-in-flight`).
 """
 
 from __future__ import annotations
@@ -74,42 +76,33 @@ def create(
     encoder: Any,
     decoder_name: str,
     encoder_name: str,
-    workers: int,
+    count: int,
     min_bytes: int,
     nice: int = 0,
     pool_name: str = "",
     pool_options: dict[str, Any] | None = None,
 ) -> Inline:
-    """The object running `design` (call `await start()` inside the running loop); `fetch`
-    also needs the pool's registry name and its contract options."""
+    """The object running `design` with `count` threads or processes (call `await start()`
+    inside the running loop); `fetch` also needs the pool's registry name and its options."""
     if design == "inline":
         return Inline(decoder, encoder)
     if design == "threads":
-        return Threads(decoder, encoder, workers=workers, min_bytes=min_bytes)
+        return Threads(decoder, encoder, count=count, min_bytes=min_bytes)
+    common = {
+        "decoder_name": decoder_name,
+        "encoder_name": encoder_name,
+        "count": count,
+        "min_bytes": min_bytes,
+        "nice": nice,
+    }
     if design == "processes":
         from impl.server.offloop.processes import Processes
 
-        return Processes(
-            decoder,
-            encoder,
-            decoder_name=decoder_name,
-            encoder_name=encoder_name,
-            workers=workers,
-            min_bytes=min_bytes,
-            nice=nice,
-        )
+        return Processes(decoder, encoder, **common)
     if design == "fetch":
         from impl.server.offloop.fetch import FetchWorkers
 
         return FetchWorkers(
-            decoder,
-            encoder,
-            decoder_name=decoder_name,
-            encoder_name=encoder_name,
-            pool_name=pool_name,
-            pool_options=pool_options or {},
-            workers=workers,
-            min_bytes=min_bytes,
-            nice=nice,
+            decoder, encoder, pool_name=pool_name, pool_options=pool_options or {}, **common
         )
     raise LookupError(f"unknown decode design {design!r}; known: inline, threads, processes, fetch")

@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import logging
 import os
 import signal
 import struct
@@ -43,11 +42,9 @@ from typing import Any
 
 import orjson
 
-from impl.server.offloop.inline import DecodeJob, Fetched, Inline, to_proto
-from impl.server.offloop.processes import WorkerDied, start_worker, wait_or_kill
+from impl.server.offloop.children import Child, ChildDied, Children, failure_of, failure_payload
+from impl.server.offloop.inline import DecodeJob, Fetched, to_proto
 from impl.server.upstream import UpstreamFailed
-
-log = logging.getLogger("hotpath.server")
 
 _REQUEST = struct.Struct("<QII")
 _ANSWER = struct.Struct("<QcQQBddd")
@@ -55,12 +52,11 @@ _READY = b"hotpath-fetch-worker ready\n"
 _READ_LIMIT = 4 << 20
 
 
-class _Worker:
+class _Worker(Child):
     """The server's side of one fetch worker: its process, its socket, its jobs in flight."""
 
     def __init__(self, process: asyncio.subprocess.Process, reader: Any, writer: Any) -> None:
-        self.process, self.pid = process, process.pid
-        self.reader, self.writer = reader, writer
+        super().__init__(process, reader, writer)
         self.jobs: dict[int, asyncio.Future[Fetched]] = {}
         self.listener: asyncio.Task[None] | None = None
 
@@ -76,69 +72,44 @@ class _Worker:
                 continue  # its forward was cancelled (shutdown)
             failure = None
             if kind != b"o":
-                failure_kind, message = orjson.loads(payload)
-                failure, payload = UpstreamFailed(message, failure_kind), b""
+                failure, payload = failure_of(payload), b""
             future.set_result(Fetched(payload, failure, body_bytes, attempts, up, dec, enc))
 
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
+    def ended(self) -> None:
+        if self.listener is not None:
+            self.listener.cancel()
 
 
-class FetchWorkers(Inline):
+class FetchWorkers(Children):
     """Requests expecting `min_bytes` or more of body are fetched, decoded and encoded by
-    `workers` worker processes; smaller ones go through the loop's pool and decode inline."""
+    `count` worker processes; smaller ones go through the loop's pool and decode inline."""
 
     name = "fetch"
+    what = "fetch worker"
+    ready = _READY
+    child_class = _Worker
+    module = "impl.server.offloop.fetch"
 
     def __init__(
         self,
         decoder: Any,
         encoder: Any,
         *,
-        decoder_name: str,
-        encoder_name: str,
         pool_name: str,
         pool_options: dict[str, Any],
-        workers: int,
-        min_bytes: int,
-        nice: int = 0,
+        count: int,
+        **common: Any,
     ) -> None:
-        super().__init__(decoder, encoder)
+        """`common`: the other keywords of `Children` (decoder and encoder names, ...)."""
         options = dict(pool_options)
         if "max_connections" in options:  # the cap is shared out, not multiplied
-            options["max_connections"] = max(1, -(-options["max_connections"] // workers))
-        self.command = [
-            sys.executable, "-m", "impl.server.offloop.fetch", "--decode", decoder_name,
-            "--encode", encoder_name, "--pool", pool_name, "--pool-options",
-            orjson.dumps(options).decode(), "--nice", str(nice),
-        ]  # fmt: skip
-        self.workers, self.min_bytes, self.nice = workers, min_bytes, nice
-        self.alive: dict[int, _Worker] = {}
-        self.replaced = 0
-        self.died: list[str] = []
+            options["max_connections"] = max(1, -(-options["max_connections"] // count))
+        pool = ("--pool", pool_name, "--pool-options", orjson.dumps(options).decode())
+        super().__init__(decoder, encoder, count=count, options=pool, **common)
         self._ids = itertools.count(1)
-        self._spawning: set[asyncio.Task[None]] = set()
-        self._joined = asyncio.Event()
 
-    async def start(self) -> None:
-        await asyncio.gather(*(self._spawn() for _ in range(self.workers)))
-
-    async def _spawn(self) -> None:
-        try:
-            worker = _Worker(*await start_worker(self.command, _READY, "fetch worker"))
-        except RuntimeError:
-            if self.closing:
-                return
-            raise
-        if self.closing:  # shut down while it started: end it at once
-            worker.kill()
-            worker.writer.close()
-            await worker.process.wait()
-            return
-        self.alive[worker.pid] = worker
-        worker.listener = asyncio.get_running_loop().create_task(self._listen(worker))
-        self._joined.set()
+    def joined(self, child: _Worker) -> None:
+        child.listener = asyncio.get_running_loop().create_task(self._listen(child))
 
     async def _listen(self, worker: _Worker) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -151,29 +122,12 @@ class FetchWorkers(Inline):
             f"only the {len(worker.jobs)} sample(s) it held failed (not retried: the router "
             "may still be generating them), a new worker replaced it"
         )
-        self.died.append(message)
-        log.error("%s", message)
+        self._died(message)
         for future in worker.jobs.values():
             if not future.done():
-                future.set_exception(WorkerDied(message))
+                future.set_exception(ChildDied(message))
         worker.jobs.clear()
-        task = asyncio.get_running_loop().create_task(self._replace())
-        self._spawning.add(task)
-        task.add_done_callback(self._spawning.discard)
-
-    async def _replace(self) -> None:
-        try:
-            await self._spawn()
-            self.replaced += 1
-        except Exception:
-            log.exception("could not replace a fetch worker")
-
-    async def _reap(self, worker: _Worker) -> str:
-        self.alive.pop(worker.pid, None)
-        if not self.alive:
-            self._joined.clear()
-        worker.writer.close()
-        return await wait_or_kill(worker.process, 5)
+        self._replace()
 
     def fetches(self, expected_bytes: int) -> bool:
         return expected_bytes >= self.min_bytes
@@ -196,42 +150,20 @@ class FetchWorkers(Inline):
             return await future
         except (ConnectionError, BrokenPipeError) as exc:  # died before the listener saw it
             return await _died(future, exc)
-        except WorkerDied as exc:
+        except ChildDied as exc:
             raise UpstreamFailed(str(exc), "decode_worker") from None
         finally:
             worker.jobs.pop(job_id, None)
 
-    async def aclose(self) -> None:
-        self.closing = True
-        self._joined.set()
-        await asyncio.gather(*self._spawning, return_exceptions=True)
-        workers = list(self.alive.values())
-        for worker in workers:
-            worker.writer.close()
-        for worker in workers:
-            await wait_or_kill(worker.process, 2)
-            if worker.listener is not None:
-                worker.listener.cancel()
-        self.alive.clear()
-
-    def stats(self) -> dict[str, Any]:
-        return {
-            **super().stats(),
-            "workers": self.workers,
-            "min_bytes": self.min_bytes,
-            "nice": self.nice,
-            "pids": sorted(self.alive),
-            "in_flight": {str(pid): len(w.jobs) for pid, w in sorted(self.alive.items())},
-            "replaced": self.replaced,
-            "last_death": self.died[-1] if self.died else None,
-        }
+    def _usage(self) -> dict[str, Any]:
+        return {"in_flight": {str(pid): len(w.jobs) for pid, w in sorted(self.alive.items())}}
 
 
 async def _died(future: asyncio.Future[Fetched], exc: BaseException) -> Fetched:
     """A write to a dead worker: its listener fails the future with the full message."""
     try:
         return await asyncio.wait_for(asyncio.shield(future), 10)
-    except WorkerDied as died:
+    except ChildDied as died:
         raise UpstreamFailed(str(died), "decode_worker") from None
     except TimeoutError:
         raise UpstreamFailed(f"the fetch worker's socket failed: {exc}", "decode_worker") from None
@@ -268,11 +200,8 @@ async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any,
         )
         del body
         kind = b"o"
-    except UpstreamFailed as exc:
-        payload, kind = orjson.dumps([exc.kind, str(exc)]), b"e"
-    except Exception as exc:  # a bug: fail the sample, keep the worker
-        message = f"internal server error: {type(exc).__name__}: {exc}"
-        payload, kind = orjson.dumps(["internal", message]), b"e"
+    except Exception as exc:  # UpstreamFailed, or a bug: fail the sample, keep the worker
+        payload, kind = failure_payload(exc), b"e"
     timings = (upstream_seconds, decode_seconds, encode_seconds)
     return kind, payload, body_bytes, attempts, timings
 

@@ -111,10 +111,10 @@ class Threads(Inline):
 
     name = "threads"
 
-    def __init__(self, decoder: Any, encoder: Any, *, workers: int, min_bytes: int) -> None:
+    def __init__(self, decoder: Any, encoder: Any, *, count: int, min_bytes: int) -> None:
         super().__init__(decoder, encoder)
-        self.workers, self.min_bytes = workers, min_bytes
-        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="hotpath-decode")
+        self.count, self.min_bytes = count, min_bytes
+        self.executor = ThreadPoolExecutor(count, thread_name_prefix="hotpath-decode")
 
     async def to_proto(self, body: bytes, job: DecodeJob) -> Converted:
         if len(body) < self.min_bytes:
@@ -130,4 +130,4 @@ class Threads(Inline):
         await asyncio.to_thread(self.executor.shutdown, True, cancel_futures=True)
 
     def stats(self) -> dict[str, Any]:
-        return {**super().stats(), "workers": self.workers, "min_bytes": self.min_bytes}
+        return {**super().stats(), "workers": self.count, "min_bytes": self.min_bytes}

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import logging
 import os
 import signal
 import socket
@@ -39,82 +37,18 @@ from typing import Any
 
 import orjson
 
-from impl.server.offloop.inline import Converted, DecodeJob, Inline, to_proto
+from impl.server.offloop.children import Child, ChildDied, Children, failure_of, failure_payload
+from impl.server.offloop.inline import Converted, DecodeJob, to_proto
 from impl.server.upstream import UpstreamFailed
-
-log = logging.getLogger("hotpath.server")
 
 _META = struct.Struct("<I")
 _LEN = struct.Struct("<Q")
 _ANSWER = struct.Struct("<cQdd")  # ok/error, payload length, decode and encode seconds
 _READY = b"hotpath-decode-worker ready\n"
-_SOCKET_BUFFER = 4 << 20
-_READ_LIMIT = 4 << 20  # StreamReader: pause reading past this, not every 128 KiB
 
 
-def socket_pair() -> tuple[socket.socket, socket.socket]:
-    ours, theirs = socket.socketpair()
-    for sock in (ours, theirs):
-        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, option, _SOCKET_BUFFER)
-    return ours, theirs
-
-
-async def start_worker(
-    command: list[str], ready: bytes, what: str
-) -> tuple[asyncio.subprocess.Process, asyncio.StreamReader, asyncio.StreamWriter]:
-    """Start `command` with one end of a Unix socket pair as its stdin and stdout and wait (60 s
-    at most) for its `ready` line; RuntimeError, the process reaped, when it never says it."""
-    ours, theirs = socket_pair()
-    try:
-        process = await asyncio.create_subprocess_exec(*command, stdin=theirs, stdout=theirs)
-    finally:
-        theirs.close()  # the child has its copy; EOF reaches it when ours closes
-    reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_READ_LIMIT)
-    try:
-        line = await asyncio.wait_for(reader.readline(), 60)
-    except (TimeoutError, ConnectionError):
-        line = b""
-    if line != ready:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        writer.close()
-        await process.wait()
-        raise RuntimeError(
-            f"{what} {' '.join(command)} did not start (exit status "
-            f"{process.returncode}; its error output is above)"
-        )
-    return process, reader, writer
-
-
-async def wait_or_kill(process: asyncio.subprocess.Process, seconds: float) -> str:
-    """Wait `seconds` for `process` to exit, then kill it; how it ended, in words."""
-    try:
-        code = await asyncio.wait_for(process.wait(), seconds)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        code = await process.wait()
-    if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    return f"exit status {code}"
-
-
-class WorkerDied(Exception):
-    """The worker process exited (or its pipes broke) while it held a job."""
-
-
-class _Worker:
-    def __init__(
-        self,
-        process: asyncio.subprocess.Process,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        self.process = process
-        self.pid = process.pid
-        self.reader, self.writer = reader, writer
+class _Worker(Child):
+    """The server's side of one decode process: one job at a time."""
 
     async def run(self, body: bytes, job: DecodeJob) -> Converted:
         stdin, stdout = self.writer, self.reader
@@ -128,70 +62,28 @@ class _Worker:
             )
             payload = await stdout.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
-            raise WorkerDied(str(exc)) from None
+            raise ChildDied(str(exc)) from None
         if kind == b"o":
             return payload, decode_seconds, encode_seconds
-        failure_kind, message = orjson.loads(payload)
-        raise UpstreamFailed(message, failure_kind)
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
-
-    def close(self) -> None:
-        """Close the server's end: the worker reads EOF and exits after its current job."""
-        self.writer.close()
+        raise failure_of(payload)
 
 
-class Processes(Inline):
-    """Bodies of `min_bytes` or more decode in `workers` worker processes, one job each."""
+class Processes(Children):
+    """Bodies of `min_bytes` or more decode in `count` worker processes, one job each."""
 
     name = "processes"
+    what = "decode worker"
+    ready = _READY
+    child_class = _Worker
+    module = "impl.server.offloop.processes"
 
-    def __init__(
-        self,
-        decoder: Any,
-        encoder: Any,
-        *,
-        decoder_name: str,
-        encoder_name: str,
-        workers: int,
-        min_bytes: int,
-        nice: int = 0,
-    ) -> None:
-        super().__init__(decoder, encoder)
-        self.command = [
-            sys.executable, "-m", "impl.server.offloop.processes",
-            "--decode", decoder_name, "--encode", encoder_name, "--nice", str(nice),
-        ]  # fmt: skip
-        self.nice = nice
-        self.workers, self.min_bytes = workers, min_bytes
+    def __init__(self, decoder: Any, encoder: Any, **common: Any) -> None:
+        """`common`: the keywords of `Children` (decoder and encoder names, count, ...)."""
+        super().__init__(decoder, encoder, **common)
         self.idle: asyncio.Queue[_Worker] = asyncio.Queue()
-        self.alive: dict[int, _Worker] = {}
-        self.replaced = 0
-        self.died: list[str] = []
-        self._spawning: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> None:
-        await asyncio.gather(*(self._spawn() for _ in range(self.workers)))
-
-    async def _spawn(self) -> None:
-        worker = _Worker(*await start_worker(self.command, _READY, "decode worker"))
-        self.alive[worker.pid] = worker
-        self.idle.put_nowait(worker)
-
-    def _replace(self) -> None:
-        async def spawn() -> None:
-            try:
-                await self._spawn()
-                self.replaced += 1
-            except Exception:
-                log.exception("could not replace a decode worker")
-
-        if not self.closing:
-            task = asyncio.get_running_loop().create_task(spawn())
-            self._spawning.add(task)
-            task.add_done_callback(self._spawning.discard)
+    def joined(self, child: _Worker) -> None:
+        self.idle.put_nowait(child)
 
     async def to_proto(self, body: bytes, job: DecodeJob) -> Converted:
         if len(body) < self.min_bytes:
@@ -200,14 +92,13 @@ class Processes(Inline):
         worker = await self.idle.get()
         try:
             result = await worker.run(body, job)
-        except WorkerDied:
+        except ChildDied:
             status = await self._reap(worker)
             message = (
                 f"the decode worker (pid {worker.pid}) died while decoding this sample "
                 f"({status}); only the samples it held failed, a new worker replaced it"
             )
-            self.died.append(message)
-            log.error("%s", message)
+            self._died(message)
             self._replace()
             raise UpstreamFailed(message, "decode_worker") from None
         except BaseException:  # cancelled mid-frame: the pipe state is unknown, end it
@@ -218,32 +109,8 @@ class Processes(Inline):
         self.idle.put_nowait(worker)
         return result
 
-    async def _reap(self, worker: _Worker) -> str:
-        self.alive.pop(worker.pid, None)
-        worker.close()
-        return await wait_or_kill(worker.process, 5)
-
-    async def aclose(self) -> None:
-        self.closing = True
-        await asyncio.gather(*self._spawning, return_exceptions=True)  # then end them too
-        workers = list(self.alive.values())
-        for worker in workers:
-            worker.close()
-        for worker in workers:
-            await wait_or_kill(worker.process, 2)
-        self.alive.clear()
-
-    def stats(self) -> dict[str, Any]:
-        return {
-            **super().stats(),
-            "workers": self.workers,
-            "min_bytes": self.min_bytes,
-            "nice": self.nice,
-            "pids": sorted(self.alive),
-            "idle": self.idle.qsize(),
-            "replaced": self.replaced,
-            "last_death": self.died[-1] if self.died else None,
-        }
+    def _usage(self) -> dict[str, Any]:
+        return {"idle": self.idle.qsize()}
 
 
 def _receive(channel: socket.socket, size: int) -> bytes | None:
@@ -298,11 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             job = DecodeJob(prompt_tokens, n, topk, include)
             payload, decode_seconds, encode_seconds = to_proto(decoder, encoder, body, job)
             kind = b"o"
-        except UpstreamFailed as exc:
-            payload, kind = orjson.dumps([exc.kind, str(exc)]), b"e"
-        except Exception as exc:  # a bug: fail the sample, keep the worker
-            message = f"internal server error: {type(exc).__name__}: {exc}"
-            payload, kind = orjson.dumps(["internal", message]), b"e"
+        except Exception as exc:  # UpstreamFailed, or a bug: fail the sample, keep the worker
+            payload, kind = failure_payload(exc), b"e"
         del body
         _write_all(out, _ANSWER.pack(kind, len(payload), decode_seconds, encode_seconds), payload)
         del payload

@@ -88,7 +88,7 @@ def test_fetch_workers_give_what_the_loop_gives(upstream, name):
     async def run() -> None:
         fetch = offloop.create(
             "fetch", decoder=decoder, encoder=encoder, decoder_name=name, encoder_name="wire",
-            workers=2, min_bytes=0, pool_name=POOL,
+            count=2, min_bytes=0, pool_name=POOL,
             pool_options={"max_connections": 8, "connect_timeout": 5, "read_timeout": 30},
         )  # fmt: skip
         await fetch.start()
@@ -131,7 +131,7 @@ def test_small_expected_bodies_stay_on_the_loop(upstream):
         encoder = registry.create("encode", "wire")
         fetch = offloop.create(
             "fetch", decoder=decoder, encoder=encoder, decoder_name="json", encoder_name="wire",
-            workers=1, min_bytes=2 << 20, pool_name=POOL, pool_options={},
+            count=1, min_bytes=2 << 20, pool_name=POOL, pool_options={},
         )  # fmt: skip
         await fetch.start()
         runner = _runner(fetch, upstream.url + "/v1/completions")

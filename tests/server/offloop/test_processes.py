@@ -86,7 +86,7 @@ def test_worker_processes_give_the_reference_bytes(name):
         decoder = registry.create("decode", name)
         encoder = registry.create("encode", "wire")
         design = Processes(
-            decoder, encoder, decoder_name=name, encoder_name="wire", workers=2, min_bytes=0
+            decoder, encoder, decoder_name=name, encoder_name="wire", count=2, min_bytes=0
         )
         await design.start()
         try:
@@ -142,7 +142,7 @@ def test_threads_give_the_same_bytes_for_a_gil_releasing_decoder():
             encoder=REFERENCE_ENCODER,
             decoder_name="stand-in",
             encoder_name="protobuf",
-            workers=2,
+            count=2,
             min_bytes=1024,
         )
         await threads.start()
@@ -305,7 +305,7 @@ def test_threads_give_the_reference_bytes_for_every_gil_free_decoder(name):
         pytest.skip(f"{name} holds the GIL: threads are not its design")
 
     async def run() -> None:
-        threads = offloop.Threads(decoder, REFERENCE_ENCODER, workers=2, min_bytes=0)
+        threads = offloop.Threads(decoder, REFERENCE_ENCODER, count=2, min_bytes=0)
         try:
             jobs = [(case.body, _job(case, _n(case))) for case in CASES]
             got = await asyncio.gather(*(_through(threads, body, job) for body, job in jobs))
