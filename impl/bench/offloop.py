@@ -1,12 +1,13 @@
-"""`python -m impl.bench.offloop`: what handing a body to a decode worker costs the event loop.
+"""`python -m impl.bench.offloop`: what handing a body to a decode process costs the event loop.
 
 For realistic vLLM bodies of several sizes, decodes the same body many times at once through
-`inline` (on the loop) and through `processes` (decode worker processes, `impl.server.
-decode_workers`) and prints, per body: wall time, CPU of the loop's process (what every other
-request waits behind) and CPU of the workers. Where the loop's CPU of the two designs meet is
-the crossover below which a body is cheaper to decode inline (`--offloop-min-bytes`).
+`inline` (on the loop) and through `processes` (decode processes,
+`impl.server.offloop.processes`) and prints, per body: wall time, CPU of the loop's process
+(what every other request waits behind) and CPU of the decode processes. Where the loop's CPU
+of the two designs meet is the crossover below which a body is cheaper to decode inline
+(`--offloop-min-bytes`).
 
-    python -m impl.bench.offloop [--workers 1] [--decode simdjson] [--tokens 128,1024,...]
+    python -m impl.bench.offloop [--processes 1] [--decode simdjson] [--tokens 128,1024,...]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from impl import pick, registry
 from impl.harness import bodies
 from impl.measure import render_table
 from impl.server.offloop.inline import DecodeJob, Inline
-from impl.server.offloop.processes import Processes
+from impl.server.offloop.processes import DecodeProcesses
 
 DEFAULT_TOKENS = (128, 1024, 4096, 16384, 262144)
 
@@ -37,25 +38,26 @@ def _children_cpu() -> float:
 async def _measure(
     design: Inline, body: bytes, job: DecodeJob, count: int
 ) -> tuple[float, float, float]:
-    """Per body: (wall s, loop-process CPU s, worker CPU s) over `count` concurrent decodes."""
+    """Per body: (wall s, loop-process CPU s, decode processes' CPU s) over `count` concurrent
+    decodes."""
     await asyncio.gather(*(design.to_proto(body, job) for _ in range(2)))  # warm
-    workers, loop_cpu, wall = _children_cpu(), time.process_time(), time.perf_counter()
+    children, loop_cpu, wall = _children_cpu(), time.process_time(), time.perf_counter()
     await asyncio.gather(*(design.to_proto(body, job) for _ in range(count)))
     wall = time.perf_counter() - wall
     loop_cpu = time.process_time() - loop_cpu
-    workers = _children_cpu() - workers
-    return wall / count, loop_cpu / count, workers / count
+    children = _children_cpu() - children
+    return wall / count, loop_cpu / count, children / count
 
 
 async def _run(args: argparse.Namespace) -> list[tuple[object, ...]]:
     decoder = registry.create("decode", args.decode)
     encoder = registry.create("encode", args.encode)
-    processes = Processes(
+    processes = DecodeProcesses(
         decoder,
         encoder,
         decoder_name=args.decode,
         encoder_name=args.encode,
-        count=args.workers,
+        count=args.processes,
         min_bytes=0,
     )
     await processes.start()
@@ -66,7 +68,7 @@ async def _run(args: argparse.Namespace) -> list[tuple[object, ...]]:
             job = DecodeJob(None, 1, 0, False)
             count = max(8, min(2000, 3_000_000 // max(tokens, 1)))
             for design in (Inline(decoder, encoder), processes):
-                wall, loop_cpu, worker_cpu = await _measure(design, body, job, count)
+                wall, loop_cpu, child_cpu = await _measure(design, body, job, count)
                 rows.append(
                     (
                         tokens,
@@ -75,7 +77,7 @@ async def _run(args: argparse.Namespace) -> list[tuple[object, ...]]:
                         count,
                         f"{wall * 1e3:.3f}",
                         f"{loop_cpu * 1e3:.3f}",
-                        f"{worker_cpu * 1e3:.3f}",
+                        f"{child_cpu * 1e3:.3f}",
                     )
                 )
     finally:
@@ -85,7 +87,13 @@ async def _run(args: argparse.Namespace) -> list[tuple[object, ...]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m impl.bench.offloop", description=__doc__)
-    parser.add_argument("--workers", type=int, default=1, help="decode worker processes")
+    parser.add_argument(
+        "--processes",
+        "--workers",
+        type=int,
+        default=1,
+        help="decode processes (--workers: its earlier name)",
+    )
     parser.add_argument("--decode", default=None, help="decoder (default: the server's pick)")
     parser.add_argument("--encode", default="wire", help="encoder")
     parser.add_argument(
@@ -102,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = uvloop.run(_run(args))
     print(
         render_table(
-            ["tokens", "body KB", "design", "bodies", "wall ms", "loop CPU ms", "worker CPU ms"],
+            ["tokens", "body KB", "design", "bodies", "wall ms", "loop CPU ms", "processes CPU ms"],
             rows,
         )
     )
-    print(f"decoder={args.decode} encoder={args.encode} workers={args.workers}; per body")
+    print(f"decoder={args.decode} encoder={args.encode} processes={args.processes}; per body")
     return 0
 
 

@@ -153,9 +153,9 @@ async def lifespan(
         encoder=parts["encoder"],
         decoder_name=picks.decode.name,
         encoder_name=picks.encode.name,
-        count=settings.decode_workers or offloop.default_workers(),
+        count=settings.offloop_count or offloop.default_count(),
         min_bytes=settings.offloop_min_bytes,
-        nice=offloop.worker_nice(design, settings.decode_worker_nice),
+        nice=offloop.nice_of(design, settings.offloop_nice),
         pool_name=picks.pool.name,
         pool_options=picks_module.pool_options(settings),
     )

@@ -9,7 +9,7 @@ connect-phase error or a 5xx is retried once, a failure after the request was se
 (the engine may still be generating, a retry would generate twice; `impl.server.upstream`). The
 picked decode design (`impl.server.offloop`: inline, threads or worker processes) turns the
 body into SampleResponse bytes with the picked decoder and encoder; with the `fetch` design a
-fetch worker process sends the request, reads the body, decodes and encodes it, and only the
+fetch process sends the request, reads the body, decodes and encodes it, and only the
 SampleResponse bytes reach this process. The store completes or fails the record with a message
 saying what went wrong.
 """
@@ -285,7 +285,7 @@ class ForwardRunner:
 
         The body's bytes are held in the budget from before the request is sent until the
         proto bytes exist; no reference to the body outlives this call. The decode and encode
-        metrics are the time of those two steps wherever they ran (in a decode worker: not
+        metrics are the time of those two steps wherever they ran (in a decode process: not
         counting the hand-over)."""
         if self.decoding.fetches(job.expected_bytes):
             return await self._fetched(job)
@@ -309,7 +309,7 @@ class ForwardRunner:
             self.budget.release(held)
 
     async def _fetched(self, job: Job) -> bytes:
-        """`result` through a fetch worker: the body never enters this process; the budget
+        """`result` through a fetch process: the body never enters this process; the budget
         holds the expected size until the worker answers, then the real size it reports."""
         metrics = self.metrics
         await self.budget.acquire(job.expected_bytes)

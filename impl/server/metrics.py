@@ -15,7 +15,7 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
   session; reason at_once, woken, batch_deadline, hold_expired, released), counted by each
   process for its own polls (also on a shared store), the same counts as /healthz `held_polls`.
 - `upstream_failures_total{class}` (connect, read, http_5xx, http_status, decode, choices,
-  decode_worker (a decode worker process died holding the sample),
+  decode_worker (a decode process died holding the sample),
   internal, shutdown) and `upstream_retries_total`.
 - `event_loop_lag_seconds` (histogram of the lag monitor's samples), `gc_pause_seconds
   {generation}` (every collection), `build_info` (picks, versions), and prometheus-client's own

@@ -1,10 +1,10 @@
-"""The router request and what its answer means: one rule for the server's loop and fetch workers.
+"""The router request and what its answer means: one rule for the server's loop and fetch processes.
 
 `post` sends one completions request through a pool (the pool contract's `Forwarder`) and
 retries once on a connect-phase error or a 5xx; a failure after the request was sent is final
 (the engine may still be generating, a retry would generate twice). `body_of` is the body of a
 200 answer, or `UpstreamFailed` quoting what the router said instead. The server's loop
-(`impl.server.forward`) and the fetch worker processes (`impl.server.offloop.fetch`) both call
+(`impl.server.forward`) and the fetch processes (`impl.server.offloop.fetch`) both call
 these, so a sample fails with the same message wherever its request was sent from.
 """
 

@@ -41,6 +41,24 @@ def test_flag_beats_env_beats_default():
 
 
 @pytest.mark.parametrize(
+    ("new", "old", "value"),
+    [("offloop_count", "decode_workers", 3), ("offloop_nice", "decode_worker_nice", 5)],
+)
+def test_renamed_options_keep_their_old_spelling(new, old, value):
+    """--decode-workers and --decode-worker-nice (and their HOTPATH_* variables), the spellings
+    before issue 26, still set --offloop-count and --offloop-nice; the new spelling wins."""
+    old_flag, new_env, old_env = "--" + old.replace("_", "-"), env_name(new), env_name(old)
+    assert getattr(from_args(_parser().parse_args([old_flag, str(value)]), {}), new) == value
+    assert getattr(from_args(_parser().parse_args([]), {old_env: str(value)}), new) == value
+    both = {old_env: "1", new_env: str(value)}
+    assert getattr(from_args(_parser().parse_args([]), both), new) == value
+    flag_wins = from_args(_parser().parse_args([old_flag, str(value)]), {new_env: "1"})
+    assert getattr(flag_wins, new) == value
+    with pytest.raises(ValueError, match=f"{old_env}='x' is not a valid int"):
+        from_args(_parser().parse_args([]), {old_env: "x"})
+
+
+@pytest.mark.parametrize(
     ("env", "message"),
     [
         ({"HOTPATH_PORT": "http"}, "HOTPATH_PORT='http' is not a valid int"),

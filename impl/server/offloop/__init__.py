@@ -9,8 +9,8 @@ seconds, encode seconds)` (`UpstreamFailed` saying why not):
 - `inline`: decode and encode on the loop (the cheapest for small bodies, and the baseline);
 - `threads`: a thread pool, for a decoder whose parse releases the GIL (`releases_gil`)
   (both in `impl.server.offloop.inline`);
-- `processes`: decode worker processes (`impl.server.offloop.processes`), for any decoder;
-- `fetch`: fetch worker processes (`impl.server.offloop.fetch`) that also send the router
+- `processes`: decode processes (`impl.server.offloop.processes`), for any decoder;
+- `fetch`: fetch processes (`impl.server.offloop.fetch`) that also send the router
   request and read its body with the picked pool, so the body never enters the server's process
   (`fetch(url, request, job) -> Fetched` instead of `to_proto`, for requests whose expected body
   is `--offloop-min-bytes` or more). `auto` picks it for every decoder, as measured (`choose`).
@@ -33,17 +33,18 @@ from impl.server.offloop.inline import Inline, Threads
 DESIGNS = ("auto", "inline", "threads", "processes", "fetch")
 
 
-def default_workers() -> int:
-    """Decode workers when `--decode-workers` is not given: one per core this process may use."""
+def default_count() -> int:
+    """Threads or processes when `--offloop-count` is not given: one per core this process may
+    use."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
 
 
-def worker_nice(design: str, given: int | None) -> int:
-    """The niceness of `design`'s worker processes: `given`, else 10 for decode workers (the
-    loop first) and 0 for fetch workers (they receive the bodies too: at 10 they waited behind
+def nice_of(design: str, given: int | None) -> int:
+    """The niceness of `design`'s processes: `given`, else 10 for decode processes (the loop
+    first) and 0 for fetch processes (they receive the bodies too: at 10 they waited behind
     every other process, 2.7 vs 7.4 results/s on probe-128x262k, 32 samples, load 6-7)."""
     if given is not None:
         return given
@@ -60,11 +61,11 @@ def choose(design: str, decoder_name: str, decoder: Any, *, baseline: bool) -> t
         return "inline", "--baseline (the configuration before the fixes)"
     gil = "releases the GIL" if releases_gil(decoder) else "holds the GIL while it parses"
     return "fetch", (
-        f"decoder {decoder_name} {gil}; fetch worker processes send the router request and "
+        f"decoder {decoder_name} {gil}; fetch processes send the router request and "
         "receive, decode and encode the body, so no body reaches the event loop (with decode "
-        "worker processes the loop still received each ~20 MB body, stalling it 80-430 ms): "
+        "processes the loop still received each ~20 MB body, stalling it 80-430 ms): "
         "side by side on probe-128x262k, 32 samples, load 7-13, /healthz p99 58-104 ms vs "
-        "99-126 ms with decode worker processes and 0.58-1.26 s inline; results/s 0.9-1.2x "
+        "99-126 ms with decode processes and 0.58-1.26 s inline; results/s 0.9-1.2x "
         "processes (--offloop processes or inline to choose another design)"
     )
 
@@ -96,13 +97,13 @@ def create(
         "nice": nice,
     }
     if design == "processes":
-        from impl.server.offloop.processes import Processes
+        from impl.server.offloop.processes import DecodeProcesses
 
-        return Processes(decoder, encoder, **common)
+        return DecodeProcesses(decoder, encoder, **common)
     if design == "fetch":
-        from impl.server.offloop.fetch import FetchWorkers
+        from impl.server.offloop.fetch import FetchProcesses
 
-        return FetchWorkers(
+        return FetchProcesses(
             decoder, encoder, pool_name=pool_name, pool_options=pool_options or {}, **common
         )
     raise LookupError(f"unknown decode design {design!r}; known: inline, threads, processes, fetch")

@@ -223,7 +223,8 @@ class Children(Inline):
     def stats(self) -> dict[str, Any]:
         return {
             **super().stats(),
-            "workers": self.count,
+            "count": self.count,
+            "workers": self.count,  # its earlier name (/healthz readers of 0.1)
             "min_bytes": self.min_bytes,
             "nice": self.nice,
             "pids": sorted(self.alive),

@@ -1,28 +1,28 @@
-"""Fetch worker processes: the router request goes down a socket, SampleResponse bytes come back.
+"""Fetch processes: the router request goes down a socket, SampleResponse bytes come back.
 
-With decode workers (`impl.server.offloop.processes`) the server's loop still receives every body
+With decode processes (`impl.server.offloop.processes`) the server's loop still receives every body
 through its pool: on probe-128x262k that receive (the pool's completion and its copy of ~20 MB)
-held the loop for 80-430 ms at a time, the longest stalls left. Here each worker process runs its
+held the loop for 80-430 ms at a time, the longest stalls left. Here each fetch process runs its
 own event loop and its own pool of the picked implementation: the server sends it the router
-request (a few KB of JSON) and what decoding needs, the worker posts it (`impl.server.upstream`:
+request (a few KB of JSON) and what decoding needs, the process posts it (`impl.server.upstream`:
 the same retry rule and messages as the loop's own forwards), reads the body, decodes and encodes
 it with the server's picked decoder and encoder (the same bytes), and answers with the
 SampleResponse bytes (~10x smaller than the body). The body never enters the server's process.
 
-A worker holds many requests at once (generations take long; the worker's loop waits on all of
+A process holds many requests at once (generations take long; the process's loop waits on all of
 them), decodes one body at a time in its one decode thread (so with a decoder that releases the
 GIL its loop keeps completing other receives meanwhile) and drops the body and the decoded
-buffers once the proto bytes are written. Requests go to the worker with the fewest in
+buffers once the proto bytes are written. Requests go to the process with the fewest in
 flight. The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-
-flight`: the expected size is reserved before the request goes to a worker, the real size once
-the worker answers). Each worker's pool gets an equal share of `--upstream-connections`.
+flight`: the expected size is reserved before the request goes to a process, the real size once
+the process answers). Each process's pool gets an equal share of `--upstream-connections`.
 
 Frames: request = `<QII` (job id, meta length, request length), meta (orjson: prompt tokens, n,
 top-k, include prompt logprobs), the router request; answer = `<QcQQBddd` (job id, `o` ok or
 `e` error, payload length, body bytes, attempts, upstream/decode/encode seconds), payload (proto
-bytes, or orjson [failure class, message]). A worker that dies fails exactly the requests it
+bytes, or orjson [failure class, message]). A process that dies fails exactly the requests it
 held, with a message saying so (not retried: the router may still be generating them), and is
-replaced. A worker exits when the server's end of its socket closes, so a killed server leaves
+replaced. A process exits when the server's end of its socket closes, so a killed server leaves
 no orphan; on shutdown the server closes every socket, waits briefly, then kills by PID.
 """
 
@@ -48,12 +48,12 @@ from impl.server.upstream import UpstreamFailed
 
 _REQUEST = struct.Struct("<QII")
 _ANSWER = struct.Struct("<QcQQBddd")
-_READY = b"hotpath-fetch-worker ready\n"
+_READY = b"hotpath-fetch-process ready\n"
 _READ_LIMIT = 4 << 20
 
 
-class _Worker(Child):
-    """The server's side of one fetch worker: its process, its socket, its jobs in flight."""
+class _FetchProcess(Child):
+    """The server's side of one fetch process: its process, socket and jobs in flight."""
 
     def __init__(self, process: asyncio.subprocess.Process, reader: Any, writer: Any) -> None:
         super().__init__(process, reader, writer)
@@ -80,14 +80,14 @@ class _Worker(Child):
             self.listener.cancel()
 
 
-class FetchWorkers(Children):
+class FetchProcesses(Children):
     """Requests expecting `min_bytes` or more of body are fetched, decoded and encoded by
-    `count` worker processes; smaller ones go through the loop's pool and decode inline."""
+    `count` processes; smaller ones go through the loop's pool and decode inline."""
 
     name = "fetch"
-    what = "fetch worker"
+    what = "fetch process"
     ready = _READY
-    child_class = _Worker
+    child_class = _FetchProcess
     module = "impl.server.offloop.fetch"
 
     def __init__(
@@ -108,25 +108,25 @@ class FetchWorkers(Children):
         super().__init__(decoder, encoder, count=count, options=pool, **common)
         self._ids = itertools.count(1)
 
-    def joined(self, child: _Worker) -> None:
+    def joined(self, child: _FetchProcess) -> None:
         child.listener = asyncio.get_running_loop().create_task(self._listen(child))
 
-    async def _listen(self, worker: _Worker) -> None:
+    async def _listen(self, child: _FetchProcess) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, OSError):
-            await worker.listen()
+            await child.listen()
         if self.closing:
             return
-        status = await self._reap(worker)
+        status = await self._reap(child)
         message = (
-            f"the fetch worker (pid {worker.pid}) died while it held this sample ({status}); "
-            f"only the {len(worker.jobs)} sample(s) it held failed (not retried: the router "
-            "may still be generating them), a new worker replaced it"
+            f"the fetch process (pid {child.pid}) died while it held this sample ({status}); "
+            f"only the {len(child.jobs)} sample(s) it held failed (not retried: the router "
+            "may still be generating them), a new one replaced it"
         )
         self._died(message)
-        for future in worker.jobs.values():
+        for future in child.jobs.values():
             if not future.done():
                 future.set_exception(ChildDied(message))
-        worker.jobs.clear()
+        child.jobs.clear()
         self._replace()
 
     def fetches(self, expected_bytes: int) -> bool:
@@ -134,46 +134,46 @@ class FetchWorkers(Children):
 
     async def fetch(self, url: str, request: bytes, job: DecodeJob) -> Fetched:
         self.offloop += 1
-        while not self.alive:  # every worker died at once: wait for a replacement
+        while not self.alive:  # every process died at once: wait for a replacement
             if self.closing:
                 raise UpstreamFailed("the server shut down before the sample was sent", "shutdown")
             await self._joined.wait()
-        worker = min(self.alive.values(), key=lambda w: len(w.jobs))
+        child = min(self.alive.values(), key=lambda c: len(c.jobs))
         job_id = next(self._ids)
         future: asyncio.Future[Fetched] = asyncio.get_running_loop().create_future()
-        worker.jobs[job_id] = future
+        child.jobs[job_id] = future
         meta = orjson.dumps([url, job.prompt_tokens, job.n, job.topk, job.include_prompt_logprobs])
         try:
-            worker.writer.write(_REQUEST.pack(job_id, len(meta), len(request)) + meta)
-            worker.writer.write(request)
-            await worker.writer.drain()
+            child.writer.write(_REQUEST.pack(job_id, len(meta), len(request)) + meta)
+            child.writer.write(request)
+            await child.writer.drain()
             return await future
         except (ConnectionError, BrokenPipeError) as exc:  # died before the listener saw it
             return await _died(future, exc)
         except ChildDied as exc:
             raise UpstreamFailed(str(exc), "decode_worker") from None
         finally:
-            worker.jobs.pop(job_id, None)
+            child.jobs.pop(job_id, None)
 
     def _usage(self) -> dict[str, Any]:
-        return {"in_flight": {str(pid): len(w.jobs) for pid, w in sorted(self.alive.items())}}
+        return {"in_flight": {str(pid): len(c.jobs) for pid, c in sorted(self.alive.items())}}
 
 
 async def _died(future: asyncio.Future[Fetched], exc: BaseException) -> Fetched:
-    """A write to a dead worker: its listener fails the future with the full message."""
+    """A write to a dead process: its listener fails the future with the full message."""
     try:
         return await asyncio.wait_for(asyncio.shield(future), 10)
     except ChildDied as died:
         raise UpstreamFailed(str(died), "decode_worker") from None
     except TimeoutError:
-        raise UpstreamFailed(f"the fetch worker's socket failed: {exc}", "decode_worker") from None
+        raise UpstreamFailed(f"the fetch process's socket failed: {exc}", "decode_worker") from None
 
 
-# -- the worker process ----------------------------------------------------------------------
+# -- the fetch process ------------------------------------------------------------------------
 
 
 async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any, ...]:
-    """One router request through this worker's pool: the answer's fields after the job id."""
+    """One router request through this process's pool: the answer's fields after the job id."""
     from impl.server import upstream
 
     url, prompt_tokens, n, topk, include = orjson.loads(meta)
@@ -200,7 +200,7 @@ async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any,
         )
         del body
         kind = b"o"
-    except Exception as exc:  # UpstreamFailed, or a bug: fail the sample, keep the worker
+    except Exception as exc:  # UpstreamFailed, or a bug: fail the sample, keep the process
         payload, kind = failure_payload(exc), b"e"
     timings = (upstream_seconds, decode_seconds, encode_seconds)
     return kind, payload, body_bytes, attempts, timings
@@ -252,7 +252,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The worker: frames in and out on the socket that is its stdin, until the server closes it."""
+    """The fetch process: frames in and out on its stdin socket until the server closes it."""
     parser = argparse.ArgumentParser(prog="python -m impl.server.offloop.fetch")
     parser.add_argument("--decode", required=True, help="decode implementation (registry name)")
     parser.add_argument("--encode", required=True, help="encode implementation (registry name)")

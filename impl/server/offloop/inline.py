@@ -35,7 +35,7 @@ class DecodeJob:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Fetched:
-    """What a fetch worker did with one router request: the SampleResponse bytes or the
+    """What a fetch process did with one router request: the SampleResponse bytes or the
     failure, the body's size, the attempts made (0-2) and the seconds of each step."""
 
     payload: bytes
@@ -80,7 +80,7 @@ class Inline:
 
     def __init__(self, decoder: Any, encoder: Any) -> None:
         self.decoder, self.encoder = decoder, encoder
-        #: set when the server shuts down: no new workers
+        #: set when the server shuts down: no new processes
         self.closing = False
         self.inline = 0
         self.offloop = 0
@@ -130,4 +130,6 @@ class Threads(Inline):
         await asyncio.to_thread(self.executor.shutdown, True, cancel_futures=True)
 
     def stats(self) -> dict[str, Any]:
-        return {**super().stats(), "workers": self.count, "min_bytes": self.min_bytes}
+        # "workers": the earlier name of "count", kept for /healthz readers
+        count = {"count": self.count, "workers": self.count}
+        return {**super().stats(), **count, "min_bytes": self.min_bytes}

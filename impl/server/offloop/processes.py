@@ -1,15 +1,15 @@
-"""Decode worker processes: the body goes down a socket, SampleResponse bytes come back.
+"""Decode processes: the body goes down a socket, SampleResponse bytes come back.
 
-Each worker is `python -m impl.server.offloop.processes --decode NAME --encode NAME`, a child of
+Each process is `python -m impl.server.offloop.processes --decode NAME --encode NAME`, a child of
 the server whose stdin and stdout are one end of a Unix socket pair (4 MiB socket buffers where
 `net.core.wmem_max` allows). The loop only moves bytes: it writes the body as it is (no
 pickling, no copy in Python: the transport writes from the bytes object) and reads the answer;
-the worker receives the body straight into one bytes object (one kernel copy, `MSG_WAITALL`),
+the process receives the body straight into one bytes object (one kernel copy, `MSG_WAITALL`),
 decodes and encodes it with its own decoder and encoder (the server's picks, so results are the
-same bytes), writes back one frame and keeps no buffer between jobs. Decode workers run
-`--decode-worker-nice` (10) lower than the server, so the loop gets a core first.
+same bytes), writes back one frame and keeps no buffer between jobs. Decode processes run
+`--offloop-nice` (10) lower than the server, so the loop gets a core first.
 
-Why a socket pair: moving a 21.5 MB body cost the worker 10-15 ms of CPU through a pipe (1 MiB
+Why a socket pair: moving a 21.5 MB body cost the process 10-15 ms of CPU through a pipe (1 MiB
 pipe buffer) and 2.3-4 ms through the socket pair, 16-25 ms of wall time instead of 33-70 ms
 (`python` reading what a forked writer wrote, this machine, loaded). Shared memory would add a
 20 MB copy into the segment on the loop, holding the GIL; the socket needs none on the loop.
@@ -17,9 +17,9 @@ pipe buffer) and 2.3-4 ms through the socket pair, 16-25 ms of wall time instead
 Frames: request = 4-byte meta length, meta (orjson: prompt tokens, n, top-k, include prompt
 logprobs), 8-byte body length, body; answer = 1 byte (`o` ok, `e` error), 8-byte length, the
 seconds decode and encode took (two doubles), payload (proto bytes, or orjson [failure class,
-message]). A worker takes one job at a time, so a
-worker that dies holds exactly one sample: that sample fails with a message saying so and the
-worker is replaced. A worker exits when the server's end of the socket closes, so a server that
+message]). A process takes one job at a time, so a
+process that dies holds exactly one sample: that sample fails with a message saying so and the
+process is replaced. A process exits when the server's end of the socket closes, so a server that
 is killed leaves no orphan; on shutdown the server closes every socket, waits briefly, then
 kills by PID.
 """
@@ -44,10 +44,10 @@ from impl.server.upstream import UpstreamFailed
 _META = struct.Struct("<I")
 _LEN = struct.Struct("<Q")
 _ANSWER = struct.Struct("<cQdd")  # ok/error, payload length, decode and encode seconds
-_READY = b"hotpath-decode-worker ready\n"
+_READY = b"hotpath-decode-process ready\n"
 
 
-class _Worker(Child):
+class _DecodeProcess(Child):
     """The server's side of one decode process: one job at a time."""
 
     async def run(self, body: bytes, job: DecodeJob) -> Converted:
@@ -68,45 +68,45 @@ class _Worker(Child):
         raise failure_of(payload)
 
 
-class Processes(Children):
-    """Bodies of `min_bytes` or more decode in `count` worker processes, one job each."""
+class DecodeProcesses(Children):
+    """Bodies of `min_bytes` or more decode in `count` decode processes, one job each."""
 
     name = "processes"
-    what = "decode worker"
+    what = "decode process"
     ready = _READY
-    child_class = _Worker
+    child_class = _DecodeProcess
     module = "impl.server.offloop.processes"
 
     def __init__(self, decoder: Any, encoder: Any, **common: Any) -> None:
         """`common`: the keywords of `Children` (decoder and encoder names, count, ...)."""
         super().__init__(decoder, encoder, **common)
-        self.idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self.idle: asyncio.Queue[_DecodeProcess] = asyncio.Queue()
 
-    def joined(self, child: _Worker) -> None:
+    def joined(self, child: _DecodeProcess) -> None:
         self.idle.put_nowait(child)
 
     async def to_proto(self, body: bytes, job: DecodeJob) -> Converted:
         if len(body) < self.min_bytes:
             return await super().to_proto(body, job)
         self.offloop += 1
-        worker = await self.idle.get()
+        child = await self.idle.get()
         try:
-            result = await worker.run(body, job)
+            result = await child.run(body, job)
         except ChildDied:
-            status = await self._reap(worker)
+            status = await self._reap(child)
             message = (
-                f"the decode worker (pid {worker.pid}) died while decoding this sample "
-                f"({status}); only the samples it held failed, a new worker replaced it"
+                f"the decode process (pid {child.pid}) died while decoding this sample "
+                f"({status}); only the samples it held failed, a new one replaced it"
             )
             self._died(message)
             self._replace()
             raise UpstreamFailed(message, "decode_worker") from None
         except BaseException:  # cancelled mid-frame: the pipe state is unknown, end it
-            worker.kill()
-            await asyncio.shield(self._reap(worker))
+            child.kill()
+            await asyncio.shield(self._reap(child))
             self._replace()
             raise
-        self.idle.put_nowait(worker)
+        self.idle.put_nowait(child)
         return result
 
     def _usage(self) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def _write_all(fd: int, *parts: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The worker loop: frames in on stdin, frames out on stdout, until stdin closes."""
+    """The decode process loop: frames in on stdin, frames out on stdout, until stdin closes."""
     parser = argparse.ArgumentParser(prog="python -m impl.server.offloop.processes")
     parser.add_argument("--decode", required=True, help="decode implementation (registry name)")
     parser.add_argument("--encode", required=True, help="encode implementation (registry name)")
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             job = DecodeJob(prompt_tokens, n, topk, include)
             payload, decode_seconds, encode_seconds = to_proto(decoder, encoder, body, job)
             kind = b"o"
-        except Exception as exc:  # UpstreamFailed, or a bug: fail the sample, keep the worker
+        except Exception as exc:  # UpstreamFailed, or a bug: fail the sample, keep the process
             payload, kind = failure_payload(exc), b"e"
         del body
         _write_all(out, _ANSWER.pack(kind, len(payload), decode_seconds, encode_seconds), payload)

@@ -1,11 +1,11 @@
-"""Fetch workers (`--offloop fetch`): the router request is sent, and the body read, decoded and
-encoded, by a worker process; only SampleResponse bytes reach the server.
+"""Fetch processes (`--offloop fetch`): the router request is sent, and the body read, decoded and
+encoded, by a fetch process; only SampleResponse bytes reach the server.
 
-Every decoder gives the same outcome through a fetch worker as through the loop's own pool and
+Every decoder gives the same outcome through a fetch process as through the loop's own pool and
 inline decoding, good bodies and bad upstreams alike (same bytes, same failure message) against
-the real stand-in upstream; a killed fetch worker fails only the samples it held and is replaced;
+the real stand-in upstream; a killed fetch process fails only the samples it held and is replaced;
 a dead router fails the same way as inline; shutdown (graceful, or the server killed) leaves no
-worker behind. No timing assertions: how free the loop stays is measured by `hotpath loadtest
+process behind. No timing assertions: how free the loop stays is measured by `hotpath loadtest
 --preset probe-128x262k --compare inline` (and `--compare processes`).
 """
 
@@ -19,7 +19,7 @@ import _fake_vllm as fake
 import orjson
 import pytest
 from _server import Api, start_server, start_upstream
-from test_processes import _decoders, _gone, _wait_for, _worker_pids
+from test_processes import _decoders, _gone, _process_pids, _wait_for
 
 from impl import registry
 from impl.pool import PREFERENCE
@@ -73,7 +73,7 @@ def _runner(design: offloop.Inline, url: str) -> ForwardRunner:
 
 
 @pytest.mark.parametrize("name", _decoders())
-def test_fetch_workers_give_what_the_loop_gives(upstream, name):
+def test_fetch_processes_give_what_the_loop_gives(upstream, name):
     """Same bytes for good bodies, same message for every bad upstream and a dead router."""
     decoder = registry.create("decode", name)
     encoder = registry.create("encode", "wire")
@@ -149,7 +149,7 @@ def test_small_expected_bodies_stay_on_the_loop(upstream):
 def _fetch_server(upstream_url: str, *extra: str):
     return start_server(
         upstream_url,
-        "--poll-hold", "1", "--offloop", "fetch", "--decode-workers", "2",
+        "--poll-hold", "1", "--offloop", "fetch", "--offloop-count", "2",
         "--offloop-min-bytes", "0", "--decode", "json", *extra,
     )  # fmt: skip
 
@@ -161,6 +161,7 @@ def test_healthz_and_metrics_show_the_fetch_design(upstream):
         offloop = api.healthz()["offloop"]
         assert offloop["design"] == "fetch" and offloop["reason"] == "--offloop (explicit)"
         assert len(offloop["pids"]) == 2 and offloop["nice"] == 0
+        assert offloop["count"] == offloop["workers"] == 2  # "workers": its earlier name
         ids = [api.asample(ssid, i, seed=40 + i).json()["request_id"] for i in range(4)]
         for request_id in ids:
             result = api.result(request_id)
@@ -176,14 +177,14 @@ def test_healthz_and_metrics_show_the_fetch_design(upstream):
         api.close()
 
 
-def test_a_killed_fetch_worker_fails_only_its_samples_and_is_replaced(upstream):
+def test_a_killed_fetch_process_fails_only_its_samples_and_is_replaced(upstream):
     with _fetch_server(upstream.url) as server:
         api = Api(server.url)
         ssid = api.sampling_session()
-        victim, survivor = _worker_pids(api)
+        victim, survivor = _process_pids(api)
         os.kill(victim, signal.SIGSTOP)  # it will hold what it is given until killed
         try:
-            # held 1 s upstream, so each new sample goes to the worker with fewer in flight
+            # held 1 s upstream, so each new sample goes to the process with fewer in flight
             seeds = [fake.DELAY_BASE + 1000 + i for i in range(6)]
             ids = [api.asample(ssid, i, seed=s).json()["request_id"] for i, s in enumerate(seeds)]
             _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 6, "six samples handed over")
@@ -198,9 +199,11 @@ def test_a_killed_fetch_worker_fails_only_its_samples_and_is_replaced(upstream):
         assert len(failed) == held  # the survivor's samples completed
         for failure in failed:
             assert failure["category"] == "server"
-            assert f"fetch worker (pid {victim}) died" in failure["error"]
+            assert f"fetch process (pid {victim}) died" in failure["error"]
             assert "SIGKILL" in failure["error"] and "replaced" in failure["error"]
-        pids = _wait_for(lambda: len(_worker_pids(api)) == 2 and _worker_pids(api), "a new worker")
+        pids = _wait_for(
+            lambda: len(_process_pids(api)) == 2 and _process_pids(api), "a new process"
+        )
         assert survivor in pids and victim not in pids and _gone(victim)
         assert api.healthz()["offloop"]["replaced"] == 1
         again = api.result(api.asample(ssid, 9, seed=59).json()["request_id"])
@@ -221,13 +224,13 @@ def test_a_dead_router_fails_the_sample_as_inline_does():
         api.close()
 
 
-def test_shutdown_with_fetches_in_flight_leaves_no_worker(upstream):
+def test_shutdown_with_fetches_in_flight_leaves_no_process(upstream):
     server = _fetch_server(upstream.url)
     try:
         api = Api(server.url)
         ssid = api.sampling_session()
-        pids = _worker_pids(api)
-        for i in range(4):  # each held 5 s upstream: in flight in a worker when the server stops
+        pids = _process_pids(api)
+        for i in range(4):  # each held 5 s upstream: in flight in a process when the server stops
             api.asample(ssid, i, seed=fake.DELAY_BASE + 5000 + i)
         _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 4, "four samples handed over")
         api.close()
@@ -235,31 +238,31 @@ def test_shutdown_with_fetches_in_flight_leaves_no_worker(upstream):
         assert server.process.wait(60) in (0, -signal.SIGTERM)  # 60 s: a hang guard only
         assert "Traceback" not in server.stderr(), server.stderr()
         for pid in pids:
-            _wait_for(lambda pid=pid: _gone(pid), f"fetch worker {pid} to exit", 10)
+            _wait_for(lambda pid=pid: _gone(pid), f"fetch process {pid} to exit", 10)
     finally:
         server.stop()
 
 
-def test_a_killed_server_leaves_no_fetch_worker(upstream):
+def test_a_killed_server_leaves_no_fetch_process(upstream):
     server = _fetch_server(upstream.url)
     try:
         api = Api(server.url)
         ssid = api.sampling_session()
-        pids = _worker_pids(api)
+        pids = _process_pids(api)
         api.asample(ssid, 1, seed=fake.DELAY_BASE + 5000)
         _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 1, "a sample handed over")
         api.close()
         os.kill(server.pid, signal.SIGKILL)
         server.process.wait(10)
         for pid in pids:  # each reads EOF on its socket and exits
-            _wait_for(lambda pid=pid: _gone(pid), f"fetch worker {pid} to exit", 10)
+            _wait_for(lambda pid=pid: _gone(pid), f"fetch process {pid} to exit", 10)
     finally:
         server.stop()
 
 
-def test_loadtest_compares_fetch_with_decode_worker_processes(tmp_path, capsys):
+def test_loadtest_compares_fetch_with_decode_processes(tmp_path, capsys):
     """`hotpath loadtest --compare processes`: both designs, same implementations, exact results;
-    bodies of 16384 tokens (expected ~1.5 MiB) go to the fetch workers."""
+    bodies of 16384 tokens (expected ~1.5 MiB) go to the fetch processes."""
     import argparse
 
     from impl.harness import load
@@ -268,7 +271,7 @@ def test_loadtest_compares_fetch_with_decode_worker_processes(tmp_path, capsys):
     load.add_arguments(parser)
     path = tmp_path / "r.json"
     code = load.run(parser.parse_args([
-        "--num-requests", "8", "--workers", "1", "--max-tokens", "16384", "--body", "vllm",
+        "--num-requests", "8", "--client-processes", "1", "--max-tokens", "16384", "--body", "vllm",
         "--server-arg=--offloop=fetch", "--compare", "processes", "--verify", "exact",
         "--no-progress", "--report", str(path),
     ]))  # fmt: skip

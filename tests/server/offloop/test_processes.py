@@ -1,5 +1,5 @@
-"""Off-loop decoding: every decoder's bytes through worker processes and threads equal the
-reference's; a killed decode worker fails only the sample it held and is replaced; the body
+"""Off-loop decoding: every decoder's bytes through decode processes and threads equal the
+reference's; a killed decode process fails only the sample it held and is replaced; the body
 budget lets one body larger than the cap through alone; shutdown with work in flight leaves no
 process behind and does not hang.
 
@@ -25,7 +25,7 @@ from impl.decode import Completion, releases_gil
 from impl.server import offloop
 from impl.server.forward import BodyBudget
 from impl.server.offloop.inline import DecodeJob, to_proto
-from impl.server.offloop.processes import Processes
+from impl.server.offloop.processes import DecodeProcesses
 from impl.server.upstream import UpstreamFailed
 
 REFERENCE_DECODER = registry.create("decode", registry.reference("decode"))
@@ -79,13 +79,13 @@ async def _through(design: offloop.Inline, body: bytes, job: DecodeJob) -> bytes
 
 
 @pytest.mark.parametrize("name", _decoders())
-def test_worker_processes_give_the_reference_bytes(name):
+def test_decode_processes_give_the_reference_bytes(name):
     """Valid bodies: the reference's exact bytes; bad bodies: the inline path's own message."""
 
     async def run() -> None:
         decoder = registry.create("decode", name)
         encoder = registry.create("encode", "wire")
-        design = Processes(
+        design = DecodeProcesses(
             decoder, encoder, decoder_name=name, encoder_name="wire", count=2, min_bytes=0
         )
         await design.start()
@@ -125,7 +125,7 @@ class _GilFreeStandIn:
 
 
 def test_threads_give_the_same_bytes_for_a_gil_releasing_decoder():
-    """auto picks fetch workers for every decoder (measured: the freest loop); threads are there
+    """auto picks fetch processes for every decoder (measured: the freest loop); threads are there
     when asked for, and give the same bytes."""
     stand_in = _GilFreeStandIn()
     design, reason = offloop.choose("auto", "stand-in", stand_in, baseline=False)
@@ -195,7 +195,7 @@ def test_body_budget_is_fifo_and_lets_one_oversized_body_through_alone():
     asyncio.run(run())
 
 
-def _worker_pids(api: Api) -> list[int]:
+def _process_pids(api: Api) -> list[int]:
     return api.healthz()["offloop"]["pids"]
 
 
@@ -219,18 +219,18 @@ def _gone(pid: int) -> bool:
 def _offloop_server(upstream_url: str, *extra: str):
     return start_server(
         upstream_url,
-        "--poll-hold", "1", "--offloop", "processes", "--decode-workers", "1",
+        "--poll-hold", "1", "--offloop", "processes", "--offloop-count", "1",
         "--offloop-min-bytes", "0", "--decode", "json", *extra,
     )  # fmt: skip
 
 
-def test_a_killed_decode_worker_fails_only_its_sample_and_is_replaced():
+def test_a_killed_decode_process_fails_only_its_sample_and_is_replaced():
     with start_upstream() as upstream, _offloop_server(upstream.url) as server:
         api = Api(server.url)
         ssid = api.sampling_session()
         assert api.healthz()["offloop"]["design"] == "processes"
-        (pid,) = _worker_pids(api)
-        os.kill(pid, signal.SIGSTOP)  # the worker will hold the next sample until killed
+        (pid,) = _process_pids(api)
+        os.kill(pid, signal.SIGSTOP)  # the process will hold the next sample until killed
         try:
             held = api.asample(ssid, 1, seed=11).json()["request_id"]
             _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 1, "the held sample")
@@ -240,11 +240,11 @@ def test_a_killed_decode_worker_fails_only_its_sample_and_is_replaced():
             os.kill(pid, signal.SIGKILL)
         failed = api.result(held).json()
         assert failed["category"] == "server"
-        assert f"decode worker (pid {pid}) died" in failed["error"]
+        assert f"decode process (pid {pid}) died" in failed["error"]
         assert "SIGKILL" in failed["error"] and "replaced" in failed["error"]
-        result = api.result(queued)  # waited for a worker: served by the replacement
+        result = api.result(queued)  # waited for a process: served by the replacement
         assert result.headers["content-type"] == "application/x-protobuf", result.text
-        (new_pid,) = _wait_for(lambda: _worker_pids(api), "the replacement worker")
+        (new_pid,) = _wait_for(lambda: _process_pids(api), "the replacement process")
         assert new_pid != pid and _gone(pid)
         assert api.healthz()["offloop"]["replaced"] == 1
         again = api.asample(ssid, 3, seed=13).json()["request_id"]
@@ -272,20 +272,20 @@ def test_bodies_larger_than_the_in_flight_cap_go_one_at_a_time_and_complete():
         api.close()
 
 
-def test_shutdown_with_work_in_flight_leaves_no_worker_and_does_not_hang():
+def test_shutdown_with_work_in_flight_leaves_no_process_and_does_not_hang():
     with start_upstream() as upstream:
-        server = _offloop_server(upstream.url, "--decode-workers", "2")
+        server = _offloop_server(upstream.url, "--offloop-count", "2")
         try:
             api = Api(server.url)
             ssid = api.sampling_session()
-            pids = _worker_pids(api)
+            pids = _process_pids(api)
             assert len(pids) == 2
             for pid in pids:
                 os.kill(pid, signal.SIGSTOP)  # both hold a sample when the server stops
             for i in range(3):
                 api.asample(ssid, i, seed=30 + i)
             _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 3, "three samples handed over")
-            assert api.healthz()["offloop"]["idle"] == 0  # two held, one waiting for a worker
+            assert api.healthz()["offloop"]["idle"] == 0  # two held, one waiting for a process
             api.close()
             os.kill(server.pid, signal.SIGTERM)
             # uvicorn re-raises the SIGTERM it handled once shut down; 60 s is a hang guard
@@ -293,7 +293,7 @@ def test_shutdown_with_work_in_flight_leaves_no_worker_and_does_not_hang():
             errors = server.stderr()
             assert "Traceback" not in errors, errors
             for pid in pids:
-                assert _gone(pid), f"decode worker {pid} outlived the server"
+                assert _gone(pid), f"decode process {pid} outlived the server"
         finally:
             server.stop()
 
