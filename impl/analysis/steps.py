@@ -18,7 +18,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from impl.analysis import NOTEBOOKS, _figure, _missing
+from impl.analysis.figures import NOTEBOOKS, _figure, _missing
 from impl.harness import steps
 
 

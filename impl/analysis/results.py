@@ -32,7 +32,7 @@ from typing import Any
 from impl import registry
 from impl.measure import format_seconds
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: the committed results sample
 SAMPLE = ROOT / "notebooks" / "data"
 #: sample file -> the `hotpath bench` sections it holds
@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(
-        prog="python -m impl.results",
+        prog="python -m impl.analysis.results",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -22,7 +22,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 
 
@@ -422,7 +422,8 @@ def execute_notebooks(paths: Iterable[Path] | None = None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    # `python -m impl.analysis [NOTEBOOK ...]`: regenerate notebooks/figures/ from the results.
+    # `python -m impl.analysis.figures [NOTEBOOK ...]` (or `python -m impl.analysis`): regenerate
+    # notebooks/figures/ from the results.
     import sys
 
     os.environ.setdefault("MPLBACKEND", "Agg")
