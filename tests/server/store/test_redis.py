@@ -500,9 +500,9 @@ def test_calls_of_one_loop_iteration_share_one_round_trip(engine):
 
 
 def test_store_calls_per_result_are_counted():
-    """`impl.bench.store_calls`: 6 commands per result on the request path (create, payload
+    """`impl.probes.store_calls`: 6 commands per result on the request path (create, payload
     SET + finish, HMGET + GET, delivered), sharing round trips when concurrent."""
-    from impl.bench import store_calls
+    from impl.probes import store_calls
 
     server = embedded.start()
     try:

@@ -2,7 +2,7 @@
 
 Prints the statuses, the largest response, the growth of the server's peak RSS (VmHWM) and
 whether a real sample still completes afterwards. Loopback only; both processes are stopped
-by PID. Run from the repository root: `python perf/limits_junk.py`.
+by PID. Run from the repository root: `python -m impl.probes.limits_junk`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from _server import API_KEY, Api, start_server, start_upstream
 
 JUNK = b'{"request_id": "' + b"j" * (30 << 20) + b'"}'

@@ -2,7 +2,7 @@
 with a 2M-token prompt: the body cache must not make every later render pay for that prompt.
 
 Prints the median latency of 30 small requests before and after, and of `/stats`. Loopback
-only; the router is stopped by PID. Run: `python perf/router_huge_prompt.py`.
+only; the router is stopped by PID. Run: `python -m impl.probes.router_huge_prompt`.
 """
 
 from __future__ import annotations

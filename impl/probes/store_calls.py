@@ -1,6 +1,6 @@
 """Store round trips and commands per result on the shared store, counted, not estimated.
 
-`python -m impl.bench.store_calls [--samples N] [--concurrency C] [--url URL]` runs N samples
+`python -m impl.probes.store_calls [--samples N] [--concurrency C] [--url URL]` runs N samples
 through a `RedisStore` in the order the routes call it, C samples at a time (one
 `asyncio.gather` per step, as concurrent requests of one event loop):
 

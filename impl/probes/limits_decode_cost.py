@@ -3,7 +3,7 @@
 Each decoder decodes the body with its checks and with them patched out, alternately, ROUNDS
 times (`time.process_time`, so waiting for a core on a loaded machine does not count); prints
 the medians and their ratio, then the two checks alone.
-Run: `python perf/limits_decode_cost.py [ROUNDS]`.
+Run: `python -m impl.probes.limits_decode_cost [ROUNDS]`.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Three measurements, each comparing the same server with metrics on (the default)
 The ratio is the median of the per-round ratios (metrics on / off), which cancels slow drifts
 of a shared machine.
 
-    python -m impl.bench.metrics_cost [--quick]
+    python -m impl.probes.metrics_cost [--quick]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m impl.bench.offloop`: what handing a body to a decode process costs the event loop.
+"""`python -m impl.probes.offloop`: what handing a body to a decode process costs the event loop.
 
 For realistic vLLM bodies of several sizes, decodes the same body many times at once through
 `inline` (on the loop) and through `processes` (decode processes,
@@ -7,7 +7,7 @@ For realistic vLLM bodies of several sizes, decodes the same body many times at 
 of the two designs meet is the crossover below which a body is cheaper to decode inline
 (`--offloop-min-bytes`).
 
-    python -m impl.bench.offloop [--processes 1] [--decode simdjson] [--tokens 128,1024,...]
+    python -m impl.probes.offloop [--processes 1] [--decode simdjson] [--tokens 128,1024,...]
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ async def _run(args: argparse.Namespace) -> list[tuple[object, ...]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m impl.bench.offloop", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m impl.probes.offloop", description=__doc__)
     parser.add_argument(
         "--processes",
         "--workers",

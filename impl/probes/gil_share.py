@@ -1,14 +1,14 @@
 """How much of its solo rate a pure-Python thread keeps while the main thread decodes 20 MB.
 
-A counting loop runs in a second thread for `SECONDS` while the main thread (a) sleeps (the solo
-rate), (b) decodes the 262144-token vLLM body (21.5 MB) over and over with each decoder that
-releases the GIL (`onepass_nogil`, `onepass_nogil_avx2`, `simdjson_nogil`), (c) does the same
-with a GIL-holding decoder (`simdjson`, else `orjson`). Rounds alternate them; the medians are
-printed as fractions of the solo rate. On a machine with a free second core the GIL-free
+A counting loop runs in a second thread for `SECONDS` while the main thread (a) sleeps (the
+solo rate), (b) decodes the 262144-token vLLM body (21.5 MB) over and over with each decoder
+that releases the GIL (`onepass_nogil`, `onepass_nogil_avx2`, `simdjson_nogil`), (c) does the
+same with a GIL-holding decoder (`simdjson`, else `orjson`). Rounds alternate them; the medians
+are printed as fractions of the solo rate. On a machine with a free second core the GIL-free
 decoders should leave the counter most of its rate; a GIL-holding one leaves it what the
-interpreter's 5 ms switch interval allows.
-Run: `python perf/gil_share.py [ROUNDS]` (a figure, not a test: tests/test_decode_gil.py asserts
-the claim as a ratio with a generous margin).
+interpreter's 5 ms switch interval allows. Run: `python -m impl.probes.gil_share [ROUNDS]` (a
+figure, not a test: tests/test_decode_gil.py asserts the claim as a ratio with a generous
+margin).
 """
 
 from __future__ import annotations
