@@ -55,14 +55,15 @@ async def _waves(items: list[Any], concurrency: int, step: Any) -> list[Any]:
 
 async def measure(url: str, protocol: str, samples: int, concurrency: int) -> dict[str, Any]:
     """One protocol's counts per result (see the module docstring)."""
+    from impl.server.store import Retention
     from impl.server.store.redis.store import RedisStore
 
+    retention = Retention(
+        completed_ttl=600.0, retrieved_ttl=60.0, max_outstanding=1 << 30, max_result_bytes=1 << 40
+    )
     store = RedisStore(
         url,
-        completed_ttl=600.0,
-        retrieved_ttl=60.0,
-        max_outstanding=1 << 30,
-        max_result_bytes=1 << 40,
+        retention,
         to_json=lambda b: b"{}",
         prefix=f"calls{uuid.uuid4().hex[:8]}:",
     )

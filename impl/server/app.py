@@ -38,7 +38,7 @@ from impl.server.schemas import openapi_components
 from impl.server.sessions import Sessions
 from impl.server.settings import Settings
 from impl.server.state import LagMonitor, State
-from impl.server.store import FutureStore
+from impl.server.store import FutureStore, Retention
 from impl.server.store.memory import MemoryStore
 
 log = logging.getLogger("hotpath.server")
@@ -109,30 +109,30 @@ class HotpathApp(FastAPI):
 
 
 def _store(settings: Settings, encoder: Any) -> FutureStore:
-    options: dict[str, Any] = {
-        "completed_ttl": settings.completed_ttl,
-        "retrieved_ttl": settings.retrieved_ttl,
-        "dedup_ttl": settings.dedup_ttl,
-        "max_outstanding": settings.max_outstanding,
-        "max_result_bytes": settings.max_result_bytes,
-    }
-    options["session_batch_wait"] = settings.session_batch_wait
-    options["session_batch_size"] = settings.session_batch
+    retention = Retention(
+        completed_ttl=settings.completed_ttl,
+        retrieved_ttl=settings.retrieved_ttl,
+        dedup_ttl=settings.dedup_ttl,
+        max_outstanding=settings.max_outstanding,
+        max_result_bytes=settings.max_result_bytes,
+        session_batch_wait=settings.session_batch_wait,
+        session_batch_size=settings.session_batch,
+    )
     if settings.store_kind() == "url":  # `embedded` was resolved to its URL by `serve`
         from impl.server.store.redis.store import RedisStore
 
         return RedisStore(
             settings.store,
+            retention,
             to_json=impl.encode.proto_to_json,
             lease=settings.store_lease,
             prefix=settings.store_prefix,
-            **options,
         )
     if settings.baseline:  # the old JSON dump: the reference (stdlib json) derivation
         return BaselineStore(
-            encoder=encoder, to_json=impl.encode.json_implementation("json"), **options
+            retention, encoder=encoder, to_json=impl.encode.json_implementation("json")
         )
-    return MemoryStore(to_json=impl.encode.proto_to_json, **options)
+    return MemoryStore(retention, to_json=impl.encode.proto_to_json)
 
 
 @contextlib.asynccontextmanager

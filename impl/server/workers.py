@@ -33,7 +33,7 @@ from typing import IO
 from impl import registry
 from impl.server.picks import Picks
 from impl.server.settings import Settings, env_name
-from impl.server.store.redis.embedded import die_with_parent
+from impl.server.store.redis.embedded import EmbeddedRedis, die_with_parent
 
 log = logging.getLogger("hotpath.server")
 _READY = re.compile(r"^hotpath-server listening on (http://\S+)$")
@@ -107,16 +107,24 @@ class Worker:
                 self.process.wait(timeout)
 
 
+def start_embedded_store() -> EmbeddedRedis | None:
+    """The embedded redis-server of `--store embedded` (one process or several); None, the
+    reason printed for `hotpath serve`, when it cannot start."""
+    from impl.server.store.redis import embedded
+
+    try:
+        return embedded.start()
+    except RuntimeError as exc:
+        print(f"hotpath serve: {exc}", file=sys.stderr)
+        return None
+
+
 def supervise(settings: Settings, picks: Picks) -> int:
     """Run `settings.workers` server processes until SIGTERM/SIGINT; the exit status."""
-    from impl.server.store.redis import embedded as embedded_module
-
     store = None
     if settings.store_kind() == "embedded":
-        try:
-            store = embedded_module.start()
-        except RuntimeError as exc:
-            print(f"hotpath serve: {exc}", file=sys.stderr)
+        store = start_embedded_store()
+        if store is None:
             return 2
         log.info("embedded store: redis-server pid %d on %s", store.pid, store.url)
     stopping = threading.Event()

@@ -21,6 +21,7 @@ Every finished or failed sample is also appended to its sampling session's compl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -34,6 +35,36 @@ THREAD_JSON_BYTES = 1 << 20
 SESSION_ANSWER_LIMIT = 8192
 
 Key = tuple[str, int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Retention:
+    """The rules every store applies (this module's docstring): how long a result is kept
+    undelivered and once delivered, how long a delivered key still deduplicates, the caps
+    behind a 429 (`pressure`), and how a busy session's completions are batched."""
+
+    completed_ttl: float
+    retrieved_ttl: float
+    max_outstanding: int
+    max_result_bytes: int
+    dedup_ttl: float = 600.0
+    session_batch_wait: float = 1.0
+    session_batch_size: int = 32
+
+    def refusal(self, pending: int, stored: int, where: str = "") -> str | None:
+        """Why asample must be refused (429) with `pending` samples pending and `stored` result
+        bytes stored (`where`: " in the shared store"), or None."""
+        if pending >= self.max_outstanding:
+            return f"{pending} samples pending{where} (limit {self.max_outstanding})"
+        if stored >= self.max_result_bytes:
+            return f"{stored} result bytes stored{where} (limit {self.max_result_bytes})"
+        return None
+
+    @classmethod
+    def take(cls, options: dict[str, Any]) -> Retention:
+        """The Retention of the keywords in `options`, removed from it (the rest stay)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{name: options.pop(name) for name in names if name in options})
 
 
 class Record:
@@ -71,6 +102,14 @@ class Record:
         #: False when `create` found the key already claimed (a shared store's race): the
         #: caller must not forward it a second time.
         self.fresh = True
+
+
+async def to_json_off_loop(to_json: Any, payload: bytes) -> bytes:
+    """`to_json(payload)`, in a worker thread when the payload is above THREAD_JSON_BYTES (the
+    event loop keeps serving meanwhile)."""
+    if len(payload) > THREAD_JSON_BYTES:
+        return await asyncio.to_thread(to_json, payload)
+    return to_json(payload)
 
 
 class StoreUnavailable(Exception):

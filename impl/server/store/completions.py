@@ -30,15 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
-from impl.server.store.held import (
-    AT_ONCE,
-    BATCH_DEADLINE,
-    HOLD_EXPIRED,
-    RELEASED,
-    WOKEN,
-    HeldPolls,
-    settle,
-)
+from impl.server.store.held import AT_ONCE, RELEASED, WOKEN, HeldPolls, hold_until, settle
 
 #: A clone's seq_ids all lie in one block of this size (SDK 0.38: `seq_id // 1_000_000_000`).
 CLONE_BLOCK = 1_000_000_000
@@ -186,12 +178,9 @@ class SessionLogs:
                 break
             waiter = loop.create_future()
             log.waiters.append(waiter)
-            ends = HOLD_EXPIRED if until >= deadline else BATCH_DEADLINE
-            timer = loop.call_at(until, settle, waiter, ends)
             try:
-                reason = await waiter
+                reason = await hold_until(waiter, until, deadline)
             finally:
-                timer.cancel()
                 if waiter in log.waiters:
                     log.waiters.remove(waiter)
         self.held.count("session", reason)

@@ -49,3 +49,15 @@ def settle(waiter: asyncio.Future[str], reason: str) -> None:
     """Release a held poll's waiter with the reason (the first reason wins)."""
     if not waiter.done():
         waiter.set_result(reason)
+
+
+async def hold_until(waiter: asyncio.Future[str], until: float, deadline: float) -> str:
+    """Wait on a held poll's `waiter` until loop time `until` at most; the reason it answers:
+    whatever settled it first (a completion, shutdown), else `batch_deadline` when `until` is a
+    batch's end before the hold's `deadline`, `hold_expired` when it is the hold's end."""
+    ends = HOLD_EXPIRED if until >= deadline else BATCH_DEADLINE
+    timer = asyncio.get_running_loop().call_at(until, settle, waiter, ends)
+    try:
+        return await waiter
+    finally:
+        timer.cancel()

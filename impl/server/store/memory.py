@@ -24,9 +24,10 @@ from impl.server.store import (
     FAILED,
     PENDING,
     SESSION_ANSWER_LIMIT,
-    THREAD_JSON_BYTES,
     Key,
     Record,
+    Retention,
+    to_json_off_loop,
 )
 from impl.server.store.completions import Entry, SessionLogs, Target, target_of
 from impl.server.store.held import AT_ONCE, HOLD_EXPIRED, RELEASED, WOKEN, HeldPolls, settle
@@ -38,27 +39,14 @@ class MemoryStore:
     clock_starts_on_build = False
     dedup_on_create = False
 
-    def __init__(
-        self,
-        *,
-        completed_ttl: float,
-        retrieved_ttl: float,
-        max_outstanding: int,
-        max_result_bytes: int,
-        to_json: Callable[[bytes], bytes],
-        dedup_ttl: float = 600.0,
-        session_batch_wait: float = 1.0,
-        session_batch_size: int = 32,
-    ) -> None:
-        self.completed_ttl = completed_ttl
-        self.dedup_ttl = dedup_ttl
-        self.retrieved_ttl = retrieved_ttl
-        self.max_outstanding = max_outstanding
-        self.max_result_bytes = max_result_bytes
+    def __init__(self, retention: Retention, *, to_json: Callable[[bytes], bytes]) -> None:
+        self.retention = retention
         self.to_json = to_json
         #: why held polls answered, this process (/healthz `held_polls`)
         self.held_polls = HeldPolls()
-        self.session_logs = SessionLogs(session_batch_wait, session_batch_size, self.held_polls)
+        self.session_logs = SessionLogs(
+            retention.session_batch_wait, retention.session_batch_size, self.held_polls
+        )
         self.records: dict[str, Record] = {}
         self.keys: dict[Key, Record] = {}
         self.expiries: deque[tuple[float, Record]] = deque()  # completed_ttl deadlines
@@ -114,7 +102,7 @@ class MemoryStore:
         return self._loop.time() if self._loop is not None else asyncio.get_running_loop().time()
 
     def _schedule_sweep(self) -> None:
-        interval = min(1.0, self.completed_ttl / 4, self.retrieved_ttl / 4)
+        interval = min(1.0, self.retention.completed_ttl / 4, self.retention.retrieved_ttl / 4)
         self._sweeper = self._loop.call_later(max(interval, 0.05), self._sweep_tick)
 
     def _sweep_tick(self) -> None:
@@ -187,11 +175,7 @@ class MemoryStore:
         return await asyncio.shield(record.json_future)
 
     async def _derive_json(self, record: Record) -> bytes:
-        payload = record.payload
-        if len(payload) > THREAD_JSON_BYTES:
-            text = await asyncio.to_thread(self.to_json, payload)
-        else:
-            text = self.to_json(payload)
+        text = await to_json_off_loop(self.to_json, record.payload)
         self.counts["json_derived"] += 1
         if record.request_id in self.records:  # still stored: count its bytes until eviction
             record.json = text
@@ -204,7 +188,7 @@ class MemoryStore:
             return
         self.counts["delivered"] += 1
         record.delivered = True
-        record.deadline = self._now() + self.retrieved_ttl
+        record.deadline = self._now() + self.retention.retrieved_ttl
         self.retrievals.append((record.deadline, record))
 
     async def session_completions(
@@ -231,11 +215,7 @@ class MemoryStore:
         return started
 
     def pressure(self) -> str | None:
-        if self.pending >= self.max_outstanding:
-            return f"{self.pending} samples pending (limit {self.max_outstanding})"
-        if self.stored_bytes >= self.max_result_bytes:
-            return f"{self.stored_bytes} result bytes stored (limit {self.max_result_bytes})"
-        return None
+        return self.retention.refusal(self.pending, self.stored_bytes)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -260,7 +240,7 @@ class MemoryStore:
             self.failed_held += state == FAILED
             record.size = len(payload) if payload is not None else len(error or "")
             self.stored_bytes += record.size
-            record.deadline = self._now() + self.completed_ttl
+            record.deadline = self._now() + self.retention.completed_ttl
             self.expiries.append((record.deadline, record))
         if record.key is not None:
             size = len(payload) if payload is not None else 0
@@ -278,7 +258,7 @@ class MemoryStore:
             return
         if record.key is not None and self.keys.get(record.key) is record:
             if record.delivered:  # the key stays a tombstone for dedup_ttl
-                self.tombstones.append((self._now() + self.dedup_ttl, record))
+                self.tombstones.append((self._now() + self.retention.dedup_ttl, record))
             else:
                 del self.keys[record.key]
         self.stored_bytes -= record.size

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from impl.server.store import Retention
 from impl.server.store.completions import CLONE_BLOCK, target_of
 from impl.server.store.memory import MemoryStore
 from impl.server.store.redis import embedded
@@ -50,12 +51,13 @@ def make(request):
             "session_batch_wait": 0.0,
         }
         options.update(overrides)
+        retention = Retention.take(options)
         if kind == "memory":
-            return MemoryStore(**options)
+            return MemoryStore(retention, **options)
         from impl.server.store.redis.store import RedisStore
 
         options.setdefault("prefix", prefix)
-        return RedisStore(url, **options)
+        return RedisStore(url, retention, **options)
 
     make_store.kind = kind
     return make_store

@@ -10,9 +10,9 @@ import pytest
 
 from impl import registry
 from impl.encode import proto_to_json, samples
+from impl.server import store as store_contract
 from impl.server.baseline import json_to_completion
-from impl.server.store import DONE, FAILED, PENDING
-from impl.server.store import memory as memory_store
+from impl.server.store import DONE, FAILED, PENDING, Retention
 from impl.server.store.held import REASONS
 from impl.server.store.memory import MemoryStore
 
@@ -26,7 +26,7 @@ def _store(**overrides) -> MemoryStore:
         "to_json": lambda b: b'{"p":' + str(len(b)).encode() + b"}",
     }
     options.update(overrides)
-    return MemoryStore(**options)
+    return MemoryStore(Retention.take(options), **options)
 
 
 def run(coro):
@@ -145,7 +145,7 @@ def test_json_is_derived_once_for_concurrent_misses(monkeypatch):
         time.sleep(0.05)
         return b"{}"
 
-    monkeypatch.setattr(memory_store, "THREAD_JSON_BYTES", 10)
+    monkeypatch.setattr(store_contract, "THREAD_JSON_BYTES", 10)
 
     async def go():
         s = _store(to_json=slow_json)

@@ -19,7 +19,7 @@ from impl.encode import sample_pb2
 from impl.harness import bodies
 from impl.server.forward import Job
 from impl.server.offloop.inline import DecodeJob
-from impl.server.store import DONE, FAILED, PENDING, StoreUnavailable
+from impl.server.store import DONE, FAILED, PENDING, Retention, StoreUnavailable
 from impl.server.store.redis import embedded
 from impl.server.store.redis.store import RedisStore
 
@@ -44,7 +44,7 @@ def _store(url: str, prefix: str, **overrides) -> RedisStore:
         "prefix": prefix,
     }
     options.update(overrides)
-    return RedisStore(url, **options)
+    return RedisStore(url, Retention.take(options), **options)
 
 
 def two_processes(engine, **overrides):

@@ -35,7 +35,7 @@ from typing import Any
 
 from impl.server.store import SESSION_ANSWER_LIMIT, Key
 from impl.server.store.completions import CLONE_BLOCK, Entry, Target, cursor_base
-from impl.server.store.held import AT_ONCE, BATCH_DEADLINE, HOLD_EXPIRED, RELEASED, WOKEN, settle
+from impl.server.store.held import AT_ONCE, RELEASED, WOKEN, hold_until, settle
 from impl.server.store.redis.scripts import bucket, guard, now_ms
 
 # KEYS: meta hash, list. ARGV: clone, cursor, limit, batch size, now ms, batch wait ms, record
@@ -192,12 +192,7 @@ class RedisSessionLogs:
                 if found[0] == 1:  # completions wait for their batch until then
                     until = min(deadline, loop.time() + (int(found[1]) - now) / 1000 + 0.001)
                 if loop.time() < until:
-                    ends = HOLD_EXPIRED if until >= deadline else BATCH_DEADLINE
-                    timer = loop.call_at(until, settle, waiter, ends)
-                    try:
-                        reason = await waiter
-                    finally:
-                        timer.cancel()
+                    reason = await hold_until(waiter, until, deadline)
             finally:
                 waiters.remove(waiter)
                 if not waiters:

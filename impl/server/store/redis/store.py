@@ -53,9 +53,10 @@ from impl.server.store import (
     DONE,
     FAILED,
     PENDING,
-    THREAD_JSON_BYTES,
     Key,
     Record,
+    Retention,
+    to_json_off_loop,
 )
 from impl.server.store import StoreUnavailable as StoreUnavailable
 from impl.server.store.completions import CLONE_BLOCK
@@ -83,27 +84,20 @@ class RedisStore(SessionPolling, StoreBackground):
     def __init__(
         self,
         url: str,
+        retention: Retention,
         *,
-        completed_ttl: float,
-        retrieved_ttl: float,
-        max_outstanding: int,
-        max_result_bytes: int,
         to_json: Callable[[bytes], bytes],
-        dedup_ttl: float = 600.0,
         lease: float = 15.0,
         prefix: str = "hotpath:",
         refresh_interval: float = 0.2,
         connections: int = 64,
-        session_batch_wait: float = 1.0,
-        session_batch_size: int = 32,
     ) -> None:
         self.url = url
         self.address = address(url)
-        self.completed_ms = int(completed_ttl * 1000)
-        self.retrieved_ms = int(retrieved_ttl * 1000)
-        self.dedup_ms = int(dedup_ttl * 1000)
-        self.max_outstanding = max_outstanding
-        self.max_result_bytes = max_result_bytes
+        self.retention = retention
+        self.completed_ms = int(retention.completed_ttl * 1000)
+        self.retrieved_ms = int(retention.retrieved_ttl * 1000)
+        self.dedup_ms = int(retention.dedup_ttl * 1000)
         self.to_json = to_json
         self.lease_ms = int(lease * 1000)
         self.prefix = prefix
@@ -143,7 +137,9 @@ class RedisStore(SessionPolling, StoreBackground):
         self._tasks: list[asyncio.Task[None]] = []
         #: why held polls answered, this process (/healthz `held_polls`)
         self.held_polls = HeldPolls()
-        self.session_logs = RedisSessionLogs(self, session_batch_wait, session_batch_size)
+        self.session_logs = RedisSessionLogs(
+            self, retention.session_batch_wait, retention.session_batch_size
+        )
         #: a log list outlives its newest entry's record by no more than this
         self.log_ttl_ms = max(self.completed_ms, self.retrieved_ms)
 
@@ -366,11 +362,7 @@ class RedisStore(SessionPolling, StoreBackground):
         return await asyncio.shield(future)
 
     async def _derive_json(self, record: Record) -> bytes:
-        payload = record.payload
-        if len(payload) > THREAD_JSON_BYTES:
-            text = await asyncio.to_thread(self.to_json, payload)
-        else:
-            text = self.to_json(payload)
+        text = await to_json_off_loop(self.to_json, record.payload)
         await self.pipe.script(
             "json", [self._record_key(record.request_id), self.bytes_key, self.stats_key], [text]
         )
@@ -397,14 +389,8 @@ class RedisStore(SessionPolling, StoreBackground):
     def pressure(self) -> str | None:
         if self.error is not None:
             return None  # the next store call answers 503 with the reason
-        pending, stored = self.view["pending"], self.view["stored_bytes"]
-        if pending >= self.max_outstanding:
-            return f"{pending} samples pending in the shared store (limit {self.max_outstanding})"
-        if stored >= self.max_result_bytes:
-            return (
-                f"{stored} result bytes stored in the shared store (limit {self.max_result_bytes})"
-            )
-        return None
+        view = self.view
+        return self.retention.refusal(view["pending"], view["stored_bytes"], " in the shared store")
 
     def stats(self) -> dict[str, int]:
         return dict(self.view)
