@@ -7,7 +7,7 @@ object that posts is the pool contract's `Forwarder`; this is the server's runne
 it reserves the body's expected bytes in the `BodyBudget`, the picked pool posts the request; a
 connect-phase error or a 5xx is retried once, a failure after the request was sent is final
 (the engine may still be generating, a retry would generate twice; `impl.server.upstream`). The
-picked decode design (`impl.server.offloop`: inline, threads or worker processes) turns the
+picked decode design (`impl.server.offloop`: inline, threads or decode processes) turns the
 body into SampleResponse bytes with the picked decoder and encoder; with the `fetch` design a
 fetch process sends the request, reads the body, decodes and encodes it, and only the
 SampleResponse bytes reach this process. The store completes or fails the record with a message
@@ -310,7 +310,7 @@ class ForwardRunner:
 
     async def _fetched(self, job: Job) -> bytes:
         """`result` through a fetch process: the body never enters this process; the budget
-        holds the expected size until the worker answers, then the real size it reports."""
+        holds the expected size until the fetch process answers, then the real size it reports."""
         metrics = self.metrics
         await self.budget.acquire(job.expected_bytes)
         held = job.expected_bytes
