@@ -31,7 +31,7 @@ lint: $(STAMP)
 
 # The committed results sample, the figures and the README's tables, from one quiet run.
 results: $(STAMP)
-	$(BIN)/python -m impl.results $(ARGS)
+	$(BIN)/python -m impl.analysis.results $(ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. impl/encode/sample.proto

@@ -54,7 +54,7 @@ def standin(request):
 
 
 def _run(url: str, **changes) -> dict:
-    scenario = presets.Scenario(num_requests=64, client_workers=2, timeout=60.0).with_overrides(
+    scenario = presets.Scenario(num_requests=64, client_processes=2, timeout=60.0).with_overrides(
         **changes
     )
     return load.run_scenario(
@@ -138,7 +138,7 @@ def test_a_server_that_loses_results_is_caught(standin, capsys):
                 s.url,
                 "--num-requests",
                 "32",
-                "--workers",
+                "--client-processes",
                 "1",
                 "--no-progress",
                 "--warmup",
@@ -168,7 +168,7 @@ def test_retries_are_bounded(standin):
     """An asample that fails every time stops after --tries with its class, not forever."""
     s = standin("--asample-fail", "503:1")  # only the first try of each fails...
     run = load.run_scenario(
-        presets.Scenario(num_requests=8, client_workers=1, timeout=30.0),
+        presets.Scenario(num_requests=8, client_processes=1, timeout=30.0),
         label="t",
         url=s.url,
         tries=1,
@@ -218,7 +218,7 @@ def test_wire_parser_refuses_truncated_bytes():
 
 def test_client_configs_split_work_and_addresses():
     scenario = presets.Scenario(
-        num_requests=10, client_workers=3, concurrency=400, max_outstanding=7
+        num_requests=10, client_processes=3, concurrency=400, max_outstanding=7
     )
     configs = load.client_configs("http://127.0.0.1:1", scenario)
     indices = sorted(i for c in configs for i in range(*c.indices))

@@ -30,7 +30,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
 def test_router_faults_are_counted_and_no_result_is_lost():
     """64 samples, every fault kind injected upstream: each router answer is one result."""
     scenario = presets.Scenario(
-        num_requests=64, max_tokens=32, client_workers=2, router_fail=FAULTS, timeout=120.0
+        num_requests=64, max_tokens=32, client_processes=2, router_fail=FAULTS, timeout=120.0
     )
     run = load.run_scenario(
         scenario, label="faults", seed=18, verify="exact", warmup=0, progress_bar=False
@@ -54,7 +54,7 @@ def test_compare_baseline_prints_both_and_writes_the_report(tmp_path, capsys):
     """`--compare baseline`: two runs, side by side, ratios in the JSON report."""
     path = tmp_path / "r.json"
     code = load.run(_args([
-        "--num-requests", "32", "--workers", "1", "--compare", "baseline", "--no-progress",
+        "--num-requests", "32", "--client-processes", "1", "--compare", "baseline", "--no-progress",
         "--verify", "exact", "--report", str(path),
     ]))  # fmt: skip
     out = capsys.readouterr().out
@@ -88,7 +88,7 @@ def test_real_sdk_client_gets_every_token(poll):
     """`--client sdk`: the unmodified Tinker SDK samples through the server; exact tokens.
     `--poll` sets the server's flag, and the server's poll counts show which protocol ran."""
     pytest.importorskip("tinker")
-    scenario = presets.Scenario(num_requests=12, max_tokens=20, num_samples=2, client_workers=1,
+    scenario = presets.Scenario(num_requests=12, max_tokens=20, num_samples=2, client_processes=1,
                                 timeout=120.0, poll=poll)  # fmt: skip
     run = load.run_scenario(scenario, label="sdk", client="sdk", verify="exact", progress_bar=False)
     assert run["completed"] == 12, run["examples"]
@@ -108,7 +108,7 @@ def test_compare_poll_counts_requests_per_result(tmp_path, capsys):
     results; request: no retrieve_futures at all."""
     path = tmp_path / "r.json"
     code = load.run(_args([
-        "--num-requests", "96", "--workers", "2", "--compare", "poll", "--no-progress",
+        "--num-requests", "96", "--client-processes", "2", "--compare", "poll", "--no-progress",
         "--router-mode", "latency", "--gen-seconds", "0.3", "--max-num-seqs", "16",
         "--verify", "exact", "--warmup", "0", "--report", str(path),
     ]))  # fmt: skip
@@ -128,7 +128,7 @@ def test_compare_poll_counts_requests_per_result(tmp_path, capsys):
 def test_profile_writes_speedscope_and_svg(tmp_path):
     """`--profile PREFIX`: py-spy records the server during the run."""
     prefix = tmp_path / "prof"
-    scenario = presets.Scenario(num_requests=200, client_workers=1, timeout=120.0)
+    scenario = presets.Scenario(num_requests=200, client_processes=1, timeout=120.0)
     run = load.run_scenario(scenario, label="p", profile=prefix, progress_bar=False)
     assert run["completed"] == 200
     speedscope = prefix.with_name("prof.speedscope.json")
@@ -139,7 +139,7 @@ def test_profile_writes_speedscope_and_svg(tmp_path):
 def test_realistic_bodies_from_two_router_workers():
     """vllm bodies from 2 router processes through the server: exact tokens, n=2."""
     scenario = presets.Scenario(
-        num_requests=16, max_tokens=3000, num_samples=2, client_workers=1, distinct_prompts=4,
+        num_requests=16, max_tokens=3000, num_samples=2, client_processes=1, distinct_prompts=4,
         router_body="vllm", router_workers=2, timeout=120.0,
     )  # fmt: skip
     run = load.run_scenario(scenario, label="vllm", verify="exact", progress_bar=False)
@@ -151,7 +151,7 @@ def test_realistic_bodies_from_two_router_workers():
 def test_latency_mode_queues_behind_the_engine():
     """Router latency mode through the server: at most max-num-seqs generate, all complete."""
     scenario = presets.Scenario(
-        num_requests=48, client_workers=2, router_mode="latency", gen_seconds=0.2,
+        num_requests=48, client_processes=2, router_mode="latency", gen_seconds=0.2,
         max_num_seqs=6, timeout=120.0,
     )  # fmt: skip
     run = load.run_scenario(scenario, label="latency", warmup=0, progress_bar=False)

@@ -1,5 +1,5 @@
 """The harness's processes (impl.harness.procs, load): the /healthz prober says whether a failed
-probe connected; the client workers run at their own niceness."""
+probe connected; the client processes run at their own niceness."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def test_a_probe_that_could_not_connect_has_no_connect_time():
     assert raised.value.connected is None
 
 
-def test_client_workers_and_queue_presets_carry_the_load_niceness():
-    """The queue presets lower the load's priority; every worker config carries it, and a
+def test_client_processes_and_queue_presets_carry_the_load_niceness():
+    """The queue presets lower the load's priority; every client process's config carries it, and a
     flag overrides it (0: the server's priority)."""
     import argparse
 
@@ -45,16 +45,32 @@ def test_client_workers_and_queue_presets_carry_the_load_niceness():
     assert {config.nice for config in configs} == {3}
 
 
-def test_a_worker_process_lowers_its_own_priority(monkeypatch):
-    """`_worker_main` applies the config's niceness before the client runs."""
+@pytest.mark.parametrize("flag", ["--client-processes", "--workers"])
+def test_client_processes_keep_their_old_flag(flag):
+    """`--workers` (the spelling before issue 26) still sets the client processes."""
+    import argparse
+
+    from impl.harness import load
+
+    parser = argparse.ArgumentParser()
+    load.add_arguments(parser)
+    scenario = load.scenario_from_args(parser.parse_args([flag, "3", "--num-requests", "9"]))
+    assert scenario.client_processes == 3
+    assert len(load.client_configs("http://127.0.0.1:1", scenario)) == 3
+
+
+def test_a_client_process_lowers_its_own_priority(monkeypatch):
+    """`_client_main` applies the config's niceness before the client runs."""
     import queue
 
     from impl.harness import client, drive, workload
 
     niced: list[int] = []
     monkeypatch.setattr(drive.os, "nice", niced.append)
-    monkeypatch.setattr(client, "run_worker", lambda config, progress, go: {"niced": list(niced)})
+    monkeypatch.setattr(
+        client, "run_client_process", lambda config, progress, go: {"niced": list(niced)}
+    )
     results: queue.Queue = queue.Queue()
     config = workload.ClientConfig(url="http://127.0.0.1:1", indices=(0, 0, 1), nice=4)
-    drive._worker_main(config, "http", None, None, results)
+    drive._client_main(config, "http", None, None, results)
     assert results.get_nowait() == {"niced": [4]}

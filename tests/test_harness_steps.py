@@ -12,7 +12,7 @@ pytest.importorskip(
 from prometheus_client import generate_latest
 
 from impl.harness import report, steps
-from impl.server.held import HeldPolls
+from impl.server.store.held import HeldPolls
 
 PICKS = {"decode": "simdjson", "encode": "wire", "pool": "pyreqwest", "accesslog": "queue"}
 

@@ -1,6 +1,6 @@
 """The metrics' cost claim, checked as ratios measured in one run (no wall-clock threshold):
 server CPU per sample and per cheap request with metrics on vs `--no-metrics`, side by side.
-The target is at most 1.05x (README, measured by `python -m impl.bench.metrics_cost`); on a
+The target is at most 1.05x (README, measured by `python -m impl.probes.metrics_cost`); on a
 shared noisy machine the test allows a generous margin and checks that both sides did the
 same, counted work.
 """
@@ -19,7 +19,7 @@ pytest.importorskip(
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc schedstat")
 def test_metrics_cost_little_server_cpu():
-    from impl.bench.metrics_cost import LENGTHS, measure
+    from impl.probes.metrics_cost import LENGTHS, measure
 
     results = measure(quick=True)
     full = results["full_sample"]

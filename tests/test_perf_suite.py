@@ -45,3 +45,24 @@ def test_one_group_runs_and_its_json_reads_as_rows(tmp_path):
     for row in rows:
         assert row["family"] == "accesslog" and row["input"] == "one access record"
         assert row["median_s"] > 0 and row["rounds"] >= 1
+
+
+def test_perf_holds_only_the_benchmark_loop_and_probes_say_what_they_measure():
+    """perf/ is the pytest-benchmark loop alone; the one-off probes behind README figures live
+    in impl/probes/, each with a docstring and runnable as `python -m impl.probes.NAME`."""
+    import ast
+
+    loose = [
+        p.name
+        for p in (ROOT / "perf").glob("*.py")
+        if p.name != "conftest.py" and not p.name.startswith("test_perf_")
+    ]
+    assert not loose, f"one-off scripts belong in impl/probes/: {loose}"
+    probes = sorted((ROOT / "impl" / "probes").glob("[!_]*.py"))
+    assert probes
+    for probe in probes:
+        tree = ast.parse(probe.read_text())
+        assert ast.get_docstring(tree), f"{probe.name}: no docstring saying what it measures"
+        assert "__main__" in probe.read_text(), f"{probe.name}: not runnable"
+        index = (ROOT / "impl" / "probes" / "__init__.py").read_text()
+        assert f"`{probe.stem}`" in index, f"{probe.name} is not listed in impl/probes/__init__.py"

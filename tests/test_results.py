@@ -1,4 +1,4 @@
-"""`make results` (`impl.results`): sample, figures and README tables refreshed by one command.
+"""`make results` (`impl.analysis.results`): sample, figures and README tables from one command.
 
 The tables are checked on the committed sample; the whole command runs once on a tiny
 configuration (a quick decode section, the decode notebook) into a temporary directory.
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from impl import analysis, registry, results
+from impl import analysis, registry
+from impl.analysis import results
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = analysis.load_results(ROOT / "notebooks" / "data")
@@ -73,7 +74,7 @@ def test_readme_has_a_region_per_family_table():
 def test_partial_run_refuses_the_committed_sample():
     """`--only` into notebooks/data would drop the other sections from the sample: refused."""
     done = subprocess.run(
-        [sys.executable, "-m", "impl.results", "--quick", "--only", "decode"],
+        [sys.executable, "-m", "impl.analysis.results", "--quick", "--only", "decode"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -98,7 +99,7 @@ def test_one_command_refreshes_sample_figures_and_tables(tmp_path: Path):
         "<!-- results:pool -->\nold pool\n<!-- /results:pool -->\n"
     )
     data, figures = tmp_path / "data", tmp_path / "figures"
-    command = [sys.executable, "-m", "impl.results", "--quick", "--only", "decode"]
+    command = [sys.executable, "-m", "impl.analysis.results", "--quick", "--only", "decode"]
     command += ["--notebooks", "decode", "--data", str(data), "--figures", str(figures)]
     command += ["--readme", str(readme)]
     env = {"JUPYTER_PATH": str(tmp_path / "jupyter"), "HOTPATH_MEASUREMENTS": str(tmp_path / "m")}

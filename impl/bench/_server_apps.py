@@ -5,7 +5,7 @@
   auth, msgspec validation, session and dedup lookups, backpressure check, building the router
   body, creating the record, the response. The forward's own cost (pool, decode, encode) is
   what the pool/decode/encode sections measure.
-- `hotpath-nometrics`: the production app with `--no-metrics` (`impl/bench/metrics_cost.py`
+- `hotpath-nometrics`: the production app with `--no-metrics` (`impl/probes/metrics_cost.py`
   compares it with `hotpath`: what the Prometheus metrics cost per request).
 - `hotpath-routed`: the same app with the hot-path dispatch off, so the raw handlers are
   reached through FastAPI's middleware stack and router: what the dispatch saves.

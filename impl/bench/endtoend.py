@@ -33,20 +33,20 @@ def _scenarios(quick: bool) -> list[tuple[str, str, presets.Scenario]]:
         return [
             (
                 "small-2048",
-                "--num-requests 128 --distinct-prompts 16 --workers 1",
+                "--num-requests 128 --distinct-prompts 16 --client-processes 1",
                 small.with_overrides(
-                    num_requests=128, distinct_prompts=16, timeout=60.0, client_workers=1
+                    num_requests=128, distinct_prompts=16, timeout=60.0, client_processes=1
                 ),
             ),
             (
                 "long-512x32k",
-                "--num-requests 8 --max-tokens 8192 --distinct-prompts 4 --workers 1",
+                "--num-requests 8 --max-tokens 8192 --distinct-prompts 4 --client-processes 1",
                 long.with_overrides(
                     num_requests=8,
                     max_tokens=8192,
                     distinct_prompts=4,
                     timeout=60.0,
-                    client_workers=1,
+                    client_processes=1,
                 ),
             ),
         ]

@@ -249,16 +249,14 @@ def delivery(tokens: int = 32768) -> dict[str, float]:
     from impl import registry
     from impl.encode import proto_to_json, samples
     from impl.server.baseline import BaselineStore
+    from impl.server.store import Retention
 
     completion = samples.sized(tokens)
     proto = registry.create("encode", "protobuf").encode(completion)
     baseline = BaselineStore(
+        Retention(completed_ttl=60, retrieved_ttl=60, max_outstanding=1, max_result_bytes=1 << 40),
         encoder=registry.create("encode", "validated"),
         to_json=proto_to_json,
-        completed_ttl=60,
-        retrieved_ttl=60,
-        max_outstanding=1,
-        max_result_bytes=1 << 40,
     )
     text = proto_to_json(proto)
     if baseline._to_proto(text) != proto:

@@ -1,6 +1,6 @@
-"""One load-client worker: drives a Tinker-compatible server over HTTP exactly as the SDK does.
+"""One load-client process: drives a Tinker-compatible server over HTTP exactly as the SDK does.
 
-Per worker process: client/config, create_session, create_sampling_session, then `lanes` (the
+Per client process: client/config, create_session, create_sampling_session, then `lanes` (the
 cap on outstanding samples) each taking the next request index: `asample` under a semaphore of
 concurrent dispatches, then `retrieve_future` polls with `Accept: application/x-protobuf` and a
 45 s client timeout, re-polling at once on try_again/408. Retries follow the SDK 0.38: asample
@@ -10,22 +10,22 @@ with backoff; 404 is fatal (the server lost the result); 410 resubmits. Polls se
 `allow_metadata_only` like the SDK and fetch again after a `complete_metadata` answer.
 
 `poll` picks how a sample waits: `request` holds a `retrieve_future` poll (one connection) per
-sample; `session` runs one `retrieve_futures` poller per worker (`impl.harness.sessionpoll`),
-each sample waits for its completion to be reported, then fetches its payload once (at most
-`concurrency` fetches at once per worker, like submits); `auto`
-does what the SDK does: session when client/config says `sample_use_retrieve_futures`. Every
-HTTP request is counted by path (`requests` in the result). Every result is parsed
-from the SampleResponse wire bytes and checked: one sequence per sample, `max_tokens` tokens
-(choice 0; others may stop early on EOS), logprobs as long as tokens, and with `verify="exact"`
-the very tokens `impl.harness.bodies.generate` makes for the (prompt, seed).
+sample; `session` runs one `retrieve_futures` poller per client process
+(`impl.harness.sessionpoll`), each sample waits for its completion to be reported, then fetches
+its payload once (at most `concurrency` fetches at once per client process, like submits);
+`auto` does what the SDK does: session when client/config says `sample_use_retrieve_futures`.
+Every HTTP request is counted by path (`requests` in the result). Every result is parsed from
+the SampleResponse wire bytes and checked: one sequence per sample, `max_tokens` tokens (choice
+0; others may stop early on EOS), logprobs as long as tokens, and with `verify="exact"` the very
+tokens `impl.harness.bodies.generate` makes for the (prompt, seed).
 
-What a worker is told (`ClientConfig`), the prompt of each request index, how a
+What a client process is told (`ClientConfig`), the prompt of each request index, how a
 SampleResponse is read and what a failed sample is are `impl.harness.workload`.
 
 The HTTP calls themselves, each with the SDK's retries, are `impl.harness.sdkcalls`.
 
-The aiohttp connector binds the worker's own 127.0.0.x source address, so several workers do
-not share one address's ephemeral ports.
+The aiohttp connector binds the client process's own 127.0.0.x source address, so several
+client processes do not share one address's ephemeral ports.
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ from impl.harness.sessionpoll import SessionPoller
 from impl.harness.workload import ClientConfig, Failure, parse_sample_response, prompt_for
 
 
-class Worker(SdkCalls):
-    """The state of one worker's run: counters the parent process reads, and the sessions."""
+class ClientProcess(SdkCalls):
+    """One client process's run: counters the parent process reads, and the sessions."""
 
     def __init__(self, config: ClientConfig, progress: Any = None, go: Any = None) -> None:
         self.config = config
         self.progress = progress  # a shared array [completed, failed, ready] or None
-        self.go = go  # an Event the parent sets when every worker is ready
+        self.go = go  # an Event the parent sets when every client process is ready
         self.completed = 0
         self.failed: Counter[str] = Counter()
         self.retries: Counter[str] = Counter()
@@ -294,10 +294,12 @@ def _gated(fn, gate: asyncio.Semaphore):
     return wrapper
 
 
-def run_worker(config: ClientConfig, progress: Any = None, go: Any = None) -> dict[str, Any]:
-    """Entry point of a worker process (or inline): run to completion or the timeout."""
+def run_client_process(
+    config: ClientConfig, progress: Any = None, go: Any = None
+) -> dict[str, Any]:
+    """Entry point of a client process (or inline): run to completion or the timeout."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover
-        return asyncio.run(Worker(config, progress, go).run())
-    return uvloop.run(Worker(config, progress, go).run())
+        return asyncio.run(ClientProcess(config, progress, go).run())
+    return uvloop.run(ClientProcess(config, progress, go).run())

@@ -1,10 +1,10 @@
-"""Run a load's client workers and merge what they report: the process side of `loadtest`.
+"""Run a load's client processes and merge what they report: the process side of `loadtest`.
 
-`client_configs` splits a scenario into one `ClientConfig` per worker (interleaved request
+`client_configs` splits a scenario into one `ClientConfig` per client process (interleaved
 indices, its own 127.0.0.x source address, its share of the concurrency); `drive` spawns one
 process per config, releases them together once all are ready, shows progress, and bounds the
-run (the workers' own `--timeout`, then a hard stop a minute later); `merge` adds their results
-up, counting a worker that returned nothing as `client_crash` for its share.
+run (the client processes' own `--timeout`, then a hard stop a minute later); `merge` adds
+their results up, counting a client process that returned nothing as `client_crash` for its share.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ def client_configs(
     backoff_base: float = 0.25,
     warmup: int = 1,
 ) -> list[ClientConfig]:
-    """One config per worker: interleaved request indices, own source address, own share."""
-    workers = max(1, min(scenario.client_workers, scenario.num_requests, 250))
+    """One config per client process: interleaved request indices, own address, own share."""
+    count = max(1, min(scenario.client_processes, scenario.num_requests, 250))
 
     def share(total: int, w: int) -> int:
-        return max(1, total // workers + (1 if w < total % workers else 0))
+        return max(1, total // count + (1 if w < total % count else 0))
 
     return [
         ClientConfig(
             url=url,
-            indices=(w, scenario.num_requests, workers),
+            indices=(w, scenario.num_requests, count),
             prompt_tokens=scenario.prompt_tokens,
             max_tokens=scenario.max_tokens,
             num_samples=scenario.num_samples,
@@ -58,18 +58,18 @@ def client_configs(
             poll=scenario.poll,
             nice=scenario.load_nice,
         )
-        for w in range(workers)
+        for w in range(count)
     ]
 
 
-def _worker_main(config: ClientConfig, client: str, progress: Any, go: Any, results: Any) -> None:
+def _client_main(config: ClientConfig, client: str, progress: Any, go: Any, results: Any) -> None:
     try:
         if config.nice:
             os.nice(config.nice)
         if client == "sdk":
-            from impl.harness.sdkclient import run_sdk_worker as runner
+            from impl.harness.sdkclient import run_sdk_client_process as runner
         else:
-            from impl.harness.client import run_worker as runner
+            from impl.harness.client import run_client_process as runner
         result = runner(config, progress, go)
     except BaseException as exc:  # reported, never hidden
         result = {"crashed": f"{type(exc).__name__}: {exc}"}
@@ -84,23 +84,23 @@ def drive(
     progress_bar: bool = True,
     on_go: Any = None,
 ) -> dict[str, Any]:
-    """Run the workers (spawned processes) to the end; merge what they collected."""
+    """Run the client processes (spawned processes) to the end; merge what they collected."""
     ctx = multiprocessing.get_context("spawn")
     go = ctx.Event()
     results: Any = ctx.Queue()
     counters = [ctx.Array("q", 3, lock=False) for _ in configs]  # completed, failed, ready
-    workers = [
-        ctx.Process(target=_worker_main, args=(c, client, counters[i], go, results), daemon=True)
+    processes = [
+        ctx.Process(target=_client_main, args=(c, client, counters[i], go, results), daemon=True)
         for i, c in enumerate(configs)
     ]
-    for worker in workers:
-        worker.start()
+    for process in processes:
+        process.start()
     total = sum(len(range(*c.indices)) for c in configs)
     timeout = max(c.timeout for c in configs)
     setup_deadline = time.monotonic() + 300  # sessions and warm-up
     while sum(c[2] for c in counters) < len(configs) and time.monotonic() < setup_deadline:
         if results.qsize() if hasattr(results, "qsize") else False:
-            break  # a worker failed before it was ready
+            break  # a client process failed before it was ready
         time.sleep(0.02)
     if on_go is not None:
         on_go()
@@ -109,11 +109,11 @@ def drive(
     bar = _progress(total, label) if progress_bar else None
     collected: list[dict[str, Any]] = []
     hard_stop = started + timeout + 60
-    while len(collected) < len(workers) and time.monotonic() < hard_stop:
+    while len(collected) < len(processes) and time.monotonic() < hard_stop:
         try:
             collected.append(results.get(timeout=0.25))
         except queue.Empty:
-            if not any(w.is_alive() for w in workers) and results.empty():
+            if not any(w.is_alive() for w in processes) and results.empty():
                 break
         done = sum(c[0] + c[1] for c in counters)
         if bar is not None and done != bar.n:
@@ -123,11 +123,11 @@ def drive(
     wall = time.monotonic() - started
     if bar is not None:
         bar.close()
-    for worker in workers:
-        worker.join(5)
-        if worker.is_alive():
-            worker.kill()
-            worker.join(5)
+    for process in processes:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
     return merge(collected, total=total, wall=wall)
 
 
@@ -138,7 +138,8 @@ def _progress(total: int, label: str):
 
 
 def merge(parts: list[dict[str, Any]], *, total: int, wall: float) -> dict[str, Any]:
-    """One run's numbers from its workers' results (a crashed worker's share counts as failed)."""
+    """One run's numbers from its client processes' results (a crashed one's share counts as
+    failed)."""
     failed: Counter[str] = Counter()
     retries: Counter[str] = Counter()
     requests: Counter[str] = Counter()
@@ -169,7 +170,7 @@ def merge(parts: list[dict[str, Any]], *, total: int, wall: float) -> dict[str, 
     missing = total - completed - sum(failed.values())
     if missing > 0:
         failed["client_crash"] += missing
-        examples.setdefault("client_crash", "a client worker returned no result")
+        examples.setdefault("client_crash", "a client process returned no result")
     return {
         "requested": total,
         "completed": completed,

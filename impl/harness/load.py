@@ -1,18 +1,18 @@
 """`hotpath loadtest`: drive a sampling server like the Tinker SDK does, and report.
 
-Starts the fake router and `hotpath serve` itself (or targets `--url`), then runs `--workers`
-client processes, each bound to its own 127.0.0.x source address, that submit `--num-requests`
-samples with at most `--concurrency` asample dispatches and `--max-outstanding` samples in
-flight, poll them with 45 s timeouts, retry as the SDK retries and check every result (see
-`impl.harness.client`; spawning the workers and merging what they report is
-`impl.harness.drive`). While it runs: a progress bar on stderr, and a sampler of the server's
-RSS, open fds, CPU time, /healthz latency and /metrics (where each result's time went: upstream
-wait, decode, encode, store, serve). At the end: a table, and with `--report PATH` the JSON
-report. `--compare baseline` runs the same scenario against `hotpath serve --baseline`
-and then the picked configuration, and prints them side by side with ratios; `--compare inline`
-does the same with the picked configuration, then the same implementations decoding on the
-server's event loop (`--offloop inline`), `--compare processes` with decode worker processes
-(`--offloop processes`), `--compare fetch` with fetch worker processes (`--offloop fetch`).
+Starts the fake router and `hotpath serve` itself (or targets `--url`), then runs
+`--client-processes` client processes, each bound to its own 127.0.0.x source address, that
+submit `--num-requests` samples with at most `--concurrency` asample dispatches and
+`--max-outstanding` samples in flight, poll them with 45 s timeouts, retry as the SDK retries
+and check every result (see `impl.harness.client`; spawning the client processes and merging
+what they report is `impl.harness.drive`). While it runs: a progress bar on stderr, and a
+sampler of the server's RSS, open fds, CPU time, /healthz latency and /metrics (where each
+result's time went: upstream wait, decode, encode, store, serve). At the end: a table, and with
+`--report PATH` the JSON report. `--compare baseline` runs the same scenario against `hotpath
+serve --baseline` and then the picked configuration, and prints them side by side with ratios;
+`--compare inline` does the same with the picked configuration, then the same implementations
+decoding on the server's event loop (`--offloop inline`), `--compare processes` with decode
+processes (`--offloop processes`), `--compare fetch` with fetch processes (`--offloop fetch`).
 `--profile PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
 
 Every run is bounded: `--num-requests` and `--timeout` (unfinished samples are reported as
@@ -40,7 +40,11 @@ _SCENARIO_FLAGS = {
     "--num-samples": ("num_samples", int, "sequences per sample (n)"),
     "--concurrency": ("concurrency", int, "concurrent asample dispatches (the SDK's 400)"),
     "--max-outstanding": ("max_outstanding", int, "samples in flight (submitted, not retrieved)"),
-    "--workers": ("client_workers", int, "client processes, one 127.0.0.x source address each"),
+    "--client-processes": (
+        "client_processes",
+        int,
+        "client processes, one 127.0.0.x source address each (--workers: its earlier name)",
+    ),
     "--distinct-prompts": ("distinct_prompts", int, "distinct (prompt, seed) pairs cycled"),
     "--timeout": ("timeout", float, "stop the run after this many seconds"),
     "--poll-timeout": ("poll_timeout", float, "client timeout of one retrieve_future poll"),
@@ -62,7 +66,7 @@ _SCENARIO_FLAGS = {
     "--load-nice": (
         "load_nice",
         int,
-        "niceness of the client worker processes (0..19): on one machine they would take the "
+        "niceness of the client processes (0..19): on one machine they would take the "
         "CPU the measured server needs; the server, the fake router (the engine the server "
         "waits on) and the /healthz prober keep their priority",
     ),
@@ -72,6 +76,10 @@ _SCENARIO_FLAGS = {
         "seconds between /healthz probes (fresh connection each) and server RSS samples",
     ),
 }
+
+
+#: flag -> its earlier spellings, still accepted
+_OLD_FLAGS = {"--client-processes": ("--workers",)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,6 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, (_, kind, help_text) in _SCENARIO_FLAGS.items():
         parser.add_argument(
             flag,
+            *_OLD_FLAGS.get(flag, ()),
+            dest=flag[2:].replace("-", "_"),
             type=kind,
             default=None,
             choices=("auto", "session", "request") if flag == "--poll" else None,
@@ -117,12 +127,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "picked configuration), poll (--poll request, then --poll session), client (the "
         "SDK-shaped http client, then the real SDK), inline (the picked configuration, then the "
         "same implementations decoding on the server's event loop, `--offloop inline`), processes "
-        "(the same with decode worker processes, `--offloop processes`), fetch (the same with "
-        "fetch worker processes, `--offloop fetch`), memory "
+        "(the same with decode processes, `--offloop processes`), fetch (the same with "
+        "fetch processes, `--offloop fetch`), memory "
         "(one process on the memory store, then --server-workers/--store)",
     )
     parser.add_argument(
-        "--server-workers", type=int, help="server processes on one port (`serve --workers N`)"
+        "--server-workers",
+        type=int,
+        help="server processes on one port (`serve --workers N`)",
     )
     parser.add_argument(
         "--store", help="the server's future store (`serve --store`: memory, embedded, redis://…)"
@@ -154,7 +166,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--warmup", type=int, default=1,
-        help="unmeasured samples per distinct prompt (and router worker) before the run",
+        help="unmeasured samples per distinct prompt (and router process) before the run",
     )  # fmt: skip
     parser.add_argument("--report", type=Path, help="write the JSON report here")
     parser.add_argument(

@@ -23,8 +23,8 @@ class Scenario:
     concurrency: int = 400
     #: samples submitted and not yet retrieved (the SDK's sample_max_concurrent_requests)
     max_outstanding: int = 2048
-    #: client worker processes, each bound to its own 127.0.0.x source address
-    client_workers: int = 2
+    #: client processes, each bound to its own 127.0.0.x source address
+    client_processes: int = 2
     #: distinct (prompt, seed) pairs cycled over the requests (the router caches each body)
     distinct_prompts: int = 64
     #: the whole run stops after this many seconds; unfinished samples are reported
@@ -45,7 +45,7 @@ class Scenario:
     #: how samples wait: "auto" (client/config decides, as the SDK), "session" (one
     #: retrieve_futures poller per client process) or "request" (one held poll per sample)
     poll: str = "auto"
-    #: niceness of the client worker processes (0: the server's priority). On one 2-core
+    #: niceness of the client processes (0: the server's priority). On one 2-core
     #: machine they compete with the server they measure (in production they run elsewhere):
     #: under queue-131072-all the server's event loop waited for a CPU 76-86% of the time and
     #: /healthz took seconds. The fake router keeps its priority: it stands in for the engine,
@@ -112,7 +112,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             max_tokens=262144,
             max_outstanding=64,
             concurrency=64,
-            client_workers=1,
+            client_processes=1,
             distinct_prompts=4,
             router_mode="delay",
             delay=0.2,
@@ -144,7 +144,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             router_mode="latency",
             gen_seconds=5.0,
             max_num_seqs=2048,
-            client_workers=4,
+            client_processes=4,
             timeout=3600.0,
             load_nice=10,
             server_args=("--upstream-connections", "8192"),
@@ -158,7 +158,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             router_mode="latency",
             gen_seconds=5.0,
             max_num_seqs=2048,
-            client_workers=4,
+            client_processes=4,
             timeout=3600.0,
             poll="session",
             load_nice=10,

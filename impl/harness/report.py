@@ -100,8 +100,8 @@ def decode_design(healthz: dict[str, Any] | None) -> str | None:
     offloop = healthz.get("offloop") if isinstance(healthz, dict) else None
     if not isinstance(offloop, dict):
         return None
-    workers = offloop.get("workers")
-    return str(offloop.get("design")) + (f" x{workers}" if workers else "")
+    count = offloop.get("count", offloop.get("workers"))  # "workers": reports before 26
+    return str(offloop.get("design")) + (f" x{count}" if count else "")
 
 
 def picks(healthz: dict[str, Any] | None) -> dict[str, str]:

@@ -1,12 +1,13 @@
-"""The HTTP calls a load-client worker makes, each with the Tinker SDK 0.38's retries.
+"""The HTTP calls a load-client process makes, each with the Tinker SDK 0.38's retries.
 
-`SdkCalls` is a mixin of `impl.harness.client.Worker` (it reads the worker's config, session,
-counters and session poller): `_call` for the session set-up calls, `_submit` for asample
-(408/409/5xx/connection errors retried with backoff and the SAME seq_id; 429 backed off without
-counting against the tries), `_poll` for retrieve_future (re-polled at once on try_again/408,
-fetched again after a `complete_metadata` answer; 5xx/429/connection errors/timeouts retried
-with backoff; 404 fatal; 410 raises `Resubmit`), `_wait_and_fetch` to wait for a sample by its
-own poll or through the session poller. Every request is counted by path.
+`SdkCalls` is a mixin of `impl.harness.client.ClientProcess` (it reads the client process's
+config, session, counters and session poller): `_call` for the session set-up calls, `_submit`
+for asample (408/409/5xx/connection errors retried with backoff and the SAME seq_id; 429 backed
+off without counting against the tries), `_poll` for retrieve_future (re-polled at once on
+try_again/408, fetched again after a `complete_metadata` answer; 5xx/429/connection
+errors/timeouts retried with backoff; 404 fatal; 410 raises `Resubmit`), `_wait_and_fetch` to
+wait for a sample by its own poll or through the session poller. Every request is counted by
+path.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Resubmit(Exception):
 
 
 class SdkCalls:
-    """The worker's HTTP calls (a mixin: the state lives on the worker)."""
+    """The client process's HTTP calls (a mixin: the state lives on the client process)."""
 
     config: ClientConfig
     session: aiohttp.ClientSession

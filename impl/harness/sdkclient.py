@@ -1,9 +1,9 @@
-"""`hotpath loadtest --client sdk`: one worker driving the server through the real Tinker SDK.
+"""`hotpath loadtest --client sdk`: one client process driving the server through the real SDK.
 
 The unmodified SDK (extra `sdk`, 0.38) does its own dispatch limits, polling and retries; this
-worker only keeps `max_outstanding` samples in flight and checks each `SampleResponse` the same
-way the HTTP client does. The SDK does not expose the wire bytes, so the MB/s figure counts 8
-bytes per token (int32 token + float32 logprob), the size of the proto's payload.
+client process only keeps `max_outstanding` samples in flight and checks each `SampleResponse`
+the same way the HTTP client does. The SDK does not expose the wire bytes, so the MB/s figure
+counts 8 bytes per token (int32 token + float32 logprob), the size of the proto's payload.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from impl.harness.client import Worker
+from impl.harness.client import ClientProcess
 from impl.harness.workload import ClientConfig, Failure, prompt_for
 
 
-class SdkWorker(Worker):
-    """The HTTP worker's bookkeeping and checks, with the SDK doing the HTTP."""
+class SdkClientProcess(ClientProcess):
+    """The HTTP client process's bookkeeping and checks, with the SDK doing the HTTP."""
 
     async def run(self) -> dict[str, Any]:
         os.environ.setdefault("TINKER_TELEMETRY", "0")
@@ -73,8 +73,8 @@ class SdkWorker(Worker):
         return self.result(wall, time.process_time() - cpu_started)
 
     def result(self, wall: float, cpu: float = 0.0) -> dict[str, Any]:
-        """The HTTP worker's result; the SDK's own requests are not counted here (the server's
-        /healthz `polls` are), and `poll` is what client/config told the SDK."""
+        """The HTTP client process's result; the SDK's own requests are not counted here (the
+        server's /healthz `polls` are), and `poll` is what client/config told the SDK."""
         out = super().result(wall, cpu)
         out.pop("requests", None)
         sampler = getattr(self, "sampler", None)
@@ -132,6 +132,8 @@ class SdkWorker(Worker):
         return size
 
 
-def run_sdk_worker(config: ClientConfig, progress: Any = None, go: Any = None) -> dict[str, Any]:
-    """Entry point of an SDK worker process."""
-    return asyncio.run(SdkWorker(config, progress, go).run())
+def run_sdk_client_process(
+    config: ClientConfig, progress: Any = None, go: Any = None
+) -> dict[str, Any]:
+    """Entry point of an SDK client process."""
+    return asyncio.run(SdkClientProcess(config, progress, go).run())

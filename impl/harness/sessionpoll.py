@@ -32,7 +32,7 @@ class PollerFailed(Exception):
 
 
 class SessionPoller:
-    """One sampling session's poller (create it on the worker's event loop)."""
+    """One sampling session's poller (create it on the client process's event loop)."""
 
     def __init__(
         self,

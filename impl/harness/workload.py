@@ -1,11 +1,11 @@
-"""What a load-client worker is given and what it reads: the contract between the harness's parts.
+"""What a load-client process is given and what it reads: the contract between the harness parts.
 
-`ClientConfig` is one worker's share of a run (picklable: it crosses into a spawned process;
-`impl.harness.drive` makes them); `prompt_for` is the prompt and seed of each request index,
-the same for the HTTP worker (`impl.harness.client`) and the SDK one (`impl.harness.sdkclient`)
-so `verify="exact"` can regenerate the router's tokens; `parse_sample_response` reads the
-SampleResponse wire bytes; `Failure` is a sample that did not complete, with its class in the
-report.
+`ClientConfig` is one client process's share of a run (picklable: it crosses into a spawned
+process; `impl.harness.drive` makes them); `prompt_for` is the prompt and seed of each request
+index, the same for the HTTP client process (`impl.harness.client`) and the SDK one
+(`impl.harness.sdkclient`) so `verify="exact"` can regenerate the router's tokens;
+`parse_sample_response` reads the SampleResponse wire bytes; `Failure` is a sample that did not
+complete, with its class in the report.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from impl.encode._common import read_fields
 
 @dataclass(frozen=True)
 class ClientConfig:
-    """What one worker does (picklable: it crosses into a spawned process)."""
+    """What one client process does (picklable: it crosses into a spawned process)."""
 
     url: str
     indices: tuple[int, int, int]  # range(start, stop, step) of request indices
@@ -34,7 +34,7 @@ class ClientConfig:
     tries: int = 16
     backoff_base: float = 0.25
     backoff_cap: float = 30.0
-    timeout: float = 600.0  # seconds after the start signal when the worker stops
+    timeout: float = 600.0  # seconds after the start signal when the client process stops
     source_address: str | None = None
     verify: str = "count"  # "count" | "exact"
     #: unmeasured samples per distinct prompt before the run (0: no warm-up)
@@ -43,7 +43,7 @@ class ClientConfig:
     poll: str = "auto"
     api_key: str = "tml-hotpath-loadtest"
     base_model: str = "hotpath-fake"
-    #: niceness the worker process gives itself (the harness's load yields to the server)
+    #: niceness the client process gives itself (the harness's load yields to the server)
     nice: int = 0
 
 

@@ -25,13 +25,12 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 import impl.encode
-from impl.server import decoding, routes
 from impl.server import limits as limits_module
+from impl.server import offloop, routes
 from impl.server import picks as picks_module
 from impl.server.baseline import BaselineStore
-from impl.server.forward import ForwardRunner
+from impl.server.forward import BodyBudget, ForwardRunner
 from impl.server.limits import Limits
-from impl.server.memory_store import MemoryStore
 from impl.server.picks import Picks
 from impl.server.routes._raw import RawRoute, respond
 from impl.server.routes.deps import ApiError
@@ -39,7 +38,8 @@ from impl.server.schemas import openapi_components
 from impl.server.sessions import Sessions
 from impl.server.settings import Settings
 from impl.server.state import LagMonitor, State
-from impl.server.store import FutureStore
+from impl.server.store import FutureStore, Retention
+from impl.server.store.memory import MemoryStore
 
 log = logging.getLogger("hotpath.server")
 
@@ -109,30 +109,30 @@ class HotpathApp(FastAPI):
 
 
 def _store(settings: Settings, encoder: Any) -> FutureStore:
-    options: dict[str, Any] = {
-        "completed_ttl": settings.completed_ttl,
-        "retrieved_ttl": settings.retrieved_ttl,
-        "dedup_ttl": settings.dedup_ttl,
-        "max_outstanding": settings.max_outstanding,
-        "max_result_bytes": settings.max_result_bytes,
-    }
-    options["session_batch_wait"] = settings.session_batch_wait
-    options["session_batch_size"] = settings.session_batch
+    retention = Retention(
+        completed_ttl=settings.completed_ttl,
+        retrieved_ttl=settings.retrieved_ttl,
+        dedup_ttl=settings.dedup_ttl,
+        max_outstanding=settings.max_outstanding,
+        max_result_bytes=settings.max_result_bytes,
+        session_batch_wait=settings.session_batch_wait,
+        session_batch_size=settings.session_batch,
+    )
     if settings.store_kind() == "url":  # `embedded` was resolved to its URL by `serve`
-        from impl.server.redis_store import RedisStore
+        from impl.server.store.redis.store import RedisStore
 
         return RedisStore(
             settings.store,
+            retention,
             to_json=impl.encode.proto_to_json,
             lease=settings.store_lease,
             prefix=settings.store_prefix,
-            **options,
         )
     if settings.baseline:  # the old JSON dump: the reference (stdlib json) derivation
         return BaselineStore(
-            encoder=encoder, to_json=impl.encode.json_implementation("json"), **options
+            retention, encoder=encoder, to_json=impl.encode.json_implementation("json")
         )
-    return MemoryStore(to_json=impl.encode.proto_to_json, **options)
+    return MemoryStore(retention, to_json=impl.encode.proto_to_json)
 
 
 @contextlib.asynccontextmanager
@@ -143,19 +143,19 @@ async def lifespan(
     parts = picks_module.create(picks, settings)
     store = _store(settings, parts["encoder"])
     metrics = _metrics(app, settings, picks)
-    design, reason = decoding.choose(
+    design, reason = offloop.choose(
         settings.offloop, picks.decode.name, parts["decoder"], baseline=settings.baseline
     )
     log.info("decode design %s: %s", design, reason)
-    runner = decoding.create(
+    runner = offloop.create(
         design,
         decoder=parts["decoder"],
         encoder=parts["encoder"],
         decoder_name=picks.decode.name,
         encoder_name=picks.encode.name,
-        workers=settings.decode_workers or decoding.default_workers(),
+        count=settings.offloop_count or offloop.default_count(),
         min_bytes=settings.offloop_min_bytes,
-        nice=decoding.worker_nice(design, settings.decode_worker_nice),
+        nice=offloop.nice_of(design, settings.offloop_nice),
         pool_name=picks.pool.name,
         pool_options=picks_module.pool_options(settings),
     )
@@ -165,15 +165,15 @@ async def lifespan(
         decoding=runner,
         store=store,
         url=settings.completions_url,
-        budget=decoding.BodyBudget(settings.max_body_bytes_in_flight),
+        budget=BodyBudget(settings.max_body_bytes_in_flight),
         metrics=metrics,
     )
     sessions: Any = Sessions()
     if settings.store_kind() == "url":  # shared sessions; forwards of a process gone come here
-        from impl.server.redis_sessions import RedisSessions
+        from impl.server.store.redis.sessions import RedisSessions
 
         sessions = RedisSessions(store)
-        store.on_takeover = forwards.submit
+        store.on_takeover = forwards.take_over
     state = State(
         settings,
         picks,

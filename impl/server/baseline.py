@@ -20,8 +20,8 @@ import numpy as np
 import orjson
 
 from impl.decode import TOPK_PAD_LOGPROB, TOPK_PAD_TOKEN, Completion, Sequence, TopK
-from impl.server.memory_store import MemoryStore
-from impl.server.store import DONE, Record
+from impl.server.store import DONE, Record, Retention
+from impl.server.store.memory import MemoryStore
 
 IMPLEMENTATIONS = {"decode": "json", "encode": "validated", "pool": "httpx", "accesslog": "rich"}
 
@@ -60,8 +60,8 @@ class BaselineStore(MemoryStore):
 
     clock_starts_on_build = True
 
-    def __init__(self, *, encoder: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, retention: Retention, *, encoder: Any, **kwargs: Any) -> None:
+        super().__init__(retention, **kwargs)
         self.encoder = encoder
         self.lock = asyncio.Lock()
 

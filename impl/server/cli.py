@@ -177,12 +177,10 @@ def run(args: argparse.Namespace) -> int:
         return supervise(settings, picks)
     embedded = None
     if settings.store_kind() == "embedded":
-        from impl.server import embedded as embedded_module
+        from impl.server.workers import start_embedded_store
 
-        try:
-            embedded = embedded_module.start()
-        except RuntimeError as exc:
-            print(f"hotpath serve: {exc}", file=sys.stderr)
+        embedded = start_embedded_store()
+        if embedded is None:
             return 2
         settings = dataclasses.replace(settings, store=embedded.url)
     try:

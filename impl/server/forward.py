@@ -7,9 +7,9 @@ object that posts is the pool contract's `Forwarder`; this is the server's runne
 it reserves the body's expected bytes in the `BodyBudget`, the picked pool posts the request; a
 connect-phase error or a 5xx is retried once, a failure after the request was sent is final
 (the engine may still be generating, a retry would generate twice; `impl.server.upstream`). The
-picked decode design (`impl.server.decoding`: inline, threads or worker processes) turns the
+picked decode design (`impl.server.offloop`: inline, threads or decode processes) turns the
 body into SampleResponse bytes with the picked decoder and encoder; with the `fetch` design a
-fetch worker process sends the request, reads the body, decodes and encodes it, and only the
+fetch process sends the request, reads the body, decodes and encodes it, and only the
 SampleResponse bytes reach this process. The store completes or fails the record with a message
 saying what went wrong.
 """
@@ -17,6 +17,7 @@ saying what went wrong.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -25,9 +26,10 @@ from typing import Any
 import orjson
 
 from impl.server import upstream
-from impl.server.decoding import BodyBudget, DecodeJob, Inline, UpstreamFailed
+from impl.server.offloop.inline import DecodeJob, Inline
 from impl.server.schemas import AsampleRequest
 from impl.server.store import FutureStore, Record, StoreUnavailable
+from impl.server.upstream import UpstreamFailed
 
 log = logging.getLogger("hotpath.server")
 
@@ -44,6 +46,20 @@ class Job:
     decode: DecodeJob
     #: bytes the router's answer is expected to take (reserved in the BodyBudget)
     expected_bytes: int
+
+    def pack(self) -> tuple[bytes, str]:
+        """The router body and options as a shared store keeps them (for a takeover)."""
+        decode = self.decode
+        keep = int(decode.prompt_tokens is not None)
+        options = f"{decode.n} {decode.topk} {int(decode.include_prompt_logprobs)} {keep}"
+        return self.body, f"{options} {self.expected_bytes}"
+
+    @classmethod
+    def unpack(cls, body: bytes, options: str) -> Job:
+        """The Job `pack` kept, for the process taking a record over."""
+        n, topk, include, keep, expected = (int(part) for part in options.split(" "))
+        prompt = orjson.loads(body)["prompt"] if keep else None
+        return cls(body, DecodeJob(prompt, n, topk, bool(include)), expected)
 
 
 def build_request(request: AsampleRequest, model: str) -> Job:
@@ -111,6 +127,81 @@ def expected_body_bytes(
     return size
 
 
+class BodyBudget:
+    """At most `cap` upstream body bytes held at once; FIFO waiters; one body may exceed it alone.
+
+    A forward reserves its expected body size before it sends the request and settles it to
+    the real size once the body arrived; the reservation is released when the proto bytes
+    exist (or the forward failed). While the budget is full, requests wait before they are sent.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.used = 0
+        self.peak = 0
+        self.holders = 0
+        self.peak_holders = 0
+        self.waited = 0
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    async def acquire(self, size: int) -> None:
+        if not self._waiters and self._fits(size):
+            self._take(size)
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((size, future))
+        self.waited += 1
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release(size)  # granted while being cancelled: give it back
+            else:
+                self._waiters.remove((size, future))
+                self._wake()
+            raise
+
+    def settle(self, reserved: int, actual: int) -> int:
+        """Replace a reservation by the real size (the body is already here); the new size."""
+        self.used += actual - reserved
+        self.peak = max(self.peak, self.used)
+        if actual < reserved:
+            self._wake()
+        return actual
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        self.holders -= 1
+        self._wake()
+
+    def _fits(self, size: int) -> bool:
+        return self.holders == 0 or self.used + size <= self.cap
+
+    def _take(self, size: int) -> None:
+        self.used += size
+        self.holders += 1
+        self.peak = max(self.peak, self.used)
+        self.peak_holders = max(self.peak_holders, self.holders)
+
+    def _wake(self) -> None:
+        while self._waiters and self._fits(self._waiters[0][0]):
+            size, future = self._waiters.popleft()
+            if not future.done():
+                self._take(size)
+                future.set_result(None)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "cap_bytes": self.cap,
+            "bytes": self.used,
+            "peak_bytes": self.peak,
+            "bodies": self.holders,
+            "peak_bodies": self.peak_holders,
+            "waiting": len(self._waiters),
+            "waited_total": self.waited,
+        }
+
+
 class ForwardRunner:
     """Runs forwards in background tasks and completes or fails their records."""
 
@@ -133,6 +224,10 @@ class ForwardRunner:
         self.budget = budget
         self.tasks: set[asyncio.Task[None]] = set()
         self.attempts = 0
+
+    def take_over(self, record: Record, body: bytes, options: str) -> None:
+        """Forward a record a shared store took over from a process that went away."""
+        self.submit(record, Job.unpack(body, options))
 
     def submit(self, record: Record, job: Job) -> None:
         task = asyncio.get_running_loop().create_task(self._run(record, job))
@@ -190,7 +285,7 @@ class ForwardRunner:
 
         The body's bytes are held in the budget from before the request is sent until the
         proto bytes exist; no reference to the body outlives this call. The decode and encode
-        metrics are the time of those two steps wherever they ran (in a decode worker: not
+        metrics are the time of those two steps wherever they ran (in a decode process: not
         counting the hand-over)."""
         if self.decoding.fetches(job.expected_bytes):
             return await self._fetched(job)
@@ -214,8 +309,8 @@ class ForwardRunner:
             self.budget.release(held)
 
     async def _fetched(self, job: Job) -> bytes:
-        """`result` through a fetch worker: the body never enters this process; the budget
-        holds the expected size until the worker answers, then the real size it reports."""
+        """`result` through a fetch process: the body never enters this process; the budget
+        holds the expected size until the fetch process answers, then the real size it reports."""
         metrics = self.metrics
         await self.budget.acquire(job.expected_bytes)
         held = job.expected_bytes

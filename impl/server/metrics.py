@@ -11,11 +11,11 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
 - store gauges (`store_records{state}`, `store_stored_bytes`, `store_outstanding`,
   `forwards_in_flight`) and counters (`store_*_total`: submitted, dedup hits, late duplicates,
   completed, failed, delivered, evictions; `backpressure_rejections_total{limit}`: the 429s).
-- `held_polls_total{kind,reason}`: why held polls answered (`impl.server.held`: kind future or
+- `held_polls_total{kind,reason}`: why held polls answered (`impl.server.store.held`: kind future or
   session; reason at_once, woken, batch_deadline, hold_expired, released), counted by each
   process for its own polls (also on a shared store), the same counts as /healthz `held_polls`.
 - `upstream_failures_total{class}` (connect, read, http_5xx, http_status, decode, choices,
-  decode_worker (a decode worker process died holding the sample),
+  decode_worker (a decode process died holding the sample),
   internal, shutdown) and `upstream_retries_total`.
 - `event_loop_lag_seconds` (histogram of the lag monitor's samples), `gc_pause_seconds
   {generation}` (every collection), `build_info` (picks, versions), and prometheus-client's own
@@ -59,7 +59,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from impl.server.held import KINDS, REASONS
+from impl.server.store.held import KINDS, REASONS
 
 #: Seconds; from a try_again answered at once to a poll held 30 s and a 20 MB result.
 REQUEST_BUCKETS = (
@@ -115,7 +115,7 @@ class Tally:
     """Observations of one histogram child counted in plain Python; `flush` adds them into the
     child. Only the event-loop thread may call `observe` and `flush` (no lock). It reads the
     child's `_upper_bounds`, `_buckets` and `_sum` (prometheus-client's histogram internals,
-    unchanged since 0.4; tests/test_server_metrics.py fails if they change)."""
+    unchanged since 0.4; tests/server/test_metrics.py fails if they change)."""
 
     __slots__ = ("bounds", "child", "counts", "total")
 
@@ -215,7 +215,7 @@ class Metrics:
         self._rejections = {k: rejections.labels(k) for k in ("outstanding", "bytes")}
         held = Counter(
             "hotpath_held_polls",
-            "Held polls answered, by kind (future, session) and why (impl.server.held)",
+            "Held polls answered, by kind (future, session) and why (impl.server.store.held)",
             ("kind", "reason"),
             registry=reg,
         )

@@ -70,7 +70,7 @@ def create(picks: Picks, settings: Settings) -> dict[str, Any]:
 
 
 def pool_options(settings: Settings) -> dict[str, Any]:
-    """The pool contract's options from the settings (fetch workers build their pools too)."""
+    """The pool contract's options from the settings (fetch processes build their pools too)."""
     return {
         "max_connections": settings.upstream_connections,
         "connect_timeout": settings.connect_timeout,

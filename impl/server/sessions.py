@@ -4,7 +4,7 @@ A sampling session id is derived from its session and seq id, so the SDK's retri
 create_sampling_session gets the same id back. `join` hands each further client of a sampling
 session (an unpickled SDK SamplingClient) its own clone number, so clones' seq_ids
 (`clone * 1_000_000_000 + n`) never collide. The methods are async so that a shared version
-(`impl/server/redis_sessions.py`, for several server processes) has the same interface.
+(`impl/server/store/redis/sessions.py`, for several server processes) has the same interface.
 """
 
 from __future__ import annotations

@@ -42,19 +42,19 @@ class Settings:
     accesslog: str | None = _opt(
         None, "access-log handler ('null' turns the access log off)", flag_type=str
     )
-    # -- off-loop decoding (impl.server.decoding) --
+    # -- off-loop decoding (impl.server.offloop) --
     offloop: str = _opt(
         "auto",
         "where bodies are decoded and encoded: inline (on the event loop), threads (for a "
-        "decoder that releases the GIL), processes (decode worker processes, any decoder), "
-        "fetch (fetch worker processes send the router request, read the body, decode and "
+        "decoder that releases the GIL), processes (decode processes, any decoder), "
+        "fetch (fetch processes send the router request, read the body, decode and "
         "encode it: the body never enters the server's process), or auto (fetch: measured "
         "freest loop side by side); /healthz shows the choice and why",
     )
-    decode_workers: int | None = _opt(
+    offloop_count: int | None = _opt(
         None,
-        "decode threads, decode worker processes or fetch worker processes (default: one per "
-        "core this process may use)",
+        "how many decode threads, decode processes or fetch processes the --offloop design "
+        "runs (default: one per core this process may use)",
         flag_type=int,
     )
     offloop_min_bytes: int = _opt(
@@ -64,11 +64,12 @@ class Settings:
         "than handing the body over (with fetch: requests whose expected body, from "
         "max_tokens, is smaller go through the loop's pool and decode on the loop)",
     )
-    decode_worker_nice: int | None = _opt(
+    offloop_nice: int | None = _opt(
         None,
-        "niceness added to decode and fetch worker processes (default: 10 for decode workers, "
-        "so the server's event loop gets a core first when both want one; 0 for fetch workers, "
-        "which also receive the bodies and would otherwise wait behind every other process)",
+        "niceness added to decode processes and fetch processes (default: 10 for decode "
+        "processes, so the server's event loop gets a core first when both want one; 0 for "
+        "fetch processes, which also receive the bodies and would otherwise wait behind every "
+        "other process)",
         flag_type=int,
     )
     max_body_bytes_in_flight: int = _opt(
@@ -173,7 +174,7 @@ class Settings:
         "processes, set PROMETHEUS_MULTIPROC_DIR to an empty directory first: any process then "
         "answers with every process's figures",
     )
-    # -- the shared store and several processes (impl/server/redis_store.py, workers.py) ----
+    # -- the shared store and several processes (impl/server/store/redis/store.py, workers.py) ----
     store: str = _opt(
         "auto",
         "where futures live: 'memory' (this process only), 'embedded' (a redis-server started "
@@ -228,11 +229,11 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.decode_worker_nice is not None and not 0 <= self.decode_worker_nice <= 19:
-            raise ValueError(f"decode_worker_nice must be 0..19, got {self.decode_worker_nice!r}")
-        if self.decode_workers is not None and self.decode_workers < 1:
-            raise ValueError(f"decode_workers must be >= 1, got {self.decode_workers!r}")
-        from impl.server.decoding import DESIGNS
+        if self.offloop_nice is not None and not 0 <= self.offloop_nice <= 19:
+            raise ValueError(f"offloop_nice must be 0..19, got {self.offloop_nice!r}")
+        if self.offloop_count is not None and self.offloop_count < 1:
+            raise ValueError(f"offloop_count must be >= 1, got {self.offloop_count!r}")
+        from impl.server.offloop import DESIGNS
 
         if self.offloop not in DESIGNS:
             raise ValueError(f"offloop must be one of {', '.join(DESIGNS)}, got {self.offloop!r}")
@@ -306,8 +307,17 @@ class Settings:
 STORE_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
+#: field -> its earlier name, still accepted as a flag (`--decode-workers`) and as a variable
+#: (`HOTPATH_DECODE_WORKERS`); the new spelling wins when both are given.
+OLD_NAMES = {"offloop_count": "decode_workers", "offloop_nice": "decode_worker_nice"}
+
+
 def env_name(name: str) -> str:
     return "HOTPATH_" + name.upper()
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def _kind(f: Any) -> type:
@@ -331,20 +341,24 @@ def _parse(kind: type, raw: str, source: str) -> Any:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per field, each with its help, environment variable and default."""
     for f in fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
+        flags = [_flag(f.name)]
         default = "picked" if f.default is None else f.default
         help_text = f"{f.metadata['help']} [env {env_name(f.name)}; default: {default}]"
+        if f.name in OLD_NAMES:
+            old = OLD_NAMES[f.name]
+            flags.append(_flag(old))
+            help_text += f" (its earlier name {_flag(old)} / {env_name(old)} still works)"
         help_text = help_text.replace("%", "%%")
         if _kind(f) is bool:
             parser.add_argument(
-                flag,
+                *flags,
                 dest=f.name,
                 action=argparse.BooleanOptionalAction,
                 default=None,
                 help=help_text,
             )
         else:
-            parser.add_argument(flag, dest=f.name, type=_kind(f), default=None, help=help_text)
+            parser.add_argument(*flags, dest=f.name, type=_kind(f), default=None, help=help_text)
 
 
 def from_args(
@@ -355,10 +369,14 @@ def from_args(
     values: dict[str, Any] = {}
     for f in fields(Settings):
         given = getattr(args, f.name, None) if args is not None else None
+        variables = [env_name(f.name)]
+        if f.name in OLD_NAMES:
+            variables.append(env_name(OLD_NAMES[f.name]))
+        variable = next((v for v in variables if v in environ), None)
         if given is not None:
             values[f.name] = given
-        elif env_name(f.name) in environ:
-            values[f.name] = _parse(_kind(f), environ[env_name(f.name)], env_name(f.name))
+        elif variable is not None:
+            values[f.name] = _parse(_kind(f), environ[variable], variable)
         elif f.default is MISSING:  # pragma: no cover - every field has a default
             raise ValueError(f"{f.name} is required")
     return Settings(**values)

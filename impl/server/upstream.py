@@ -1,10 +1,10 @@
-"""The router request and what its answer means: one rule for the server's loop and fetch workers.
+"""The router request and what its answer means: one rule for the server's loop and fetch processes.
 
 `post` sends one completions request through a pool (the pool contract's `Forwarder`) and
 retries once on a connect-phase error or a 5xx; a failure after the request was sent is final
 (the engine may still be generating, a retry would generate twice). `body_of` is the body of a
 200 answer, or `UpstreamFailed` quoting what the router said instead. The server's loop
-(`impl.server.forward`) and the fetch worker processes (`impl.server.fetch_workers`) both call
+(`impl.server.forward`) and the fetch processes (`impl.server.offloop.fetch`) both call
 these, so a sample fails with the same message wherever its request was sent from.
 """
 
@@ -14,10 +14,18 @@ from collections.abc import Callable
 from typing import Any
 
 from impl.pool import ConnectError, ReadError, Reply
-from impl.server.decoding import UpstreamFailed
 
 HEADERS = {"Content-Type": "application/json"}
 _QUOTE = 200
+
+
+class UpstreamFailed(Exception):
+    """The sample cannot complete; the message is what retrieve_future reports, `kind` its
+    class in the metrics (connect, read, http_5xx, http_status, decode, choices, decode_worker)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def quote(body: bytes) -> str:

@@ -16,7 +16,6 @@ stops the children by PID, then the embedded store.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import logging
 import os
@@ -34,9 +33,9 @@ from typing import IO
 from impl import registry
 from impl.server.picks import Picks
 from impl.server.settings import Settings, env_name
+from impl.server.store.redis.embedded import EmbeddedRedis, die_with_parent
 
 log = logging.getLogger("hotpath.server")
-PR_SET_PDEATHSIG = 1
 _READY = re.compile(r"^hotpath-server listening on (http://\S+)$")
 
 
@@ -48,12 +47,6 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
-
-
-def die_with_parent() -> None:
-    """In a child before exec: SIGTERM when the supervisor dies, even by SIGKILL (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def child_environment(settings: Settings, picks: Picks, index: int) -> dict[str, str]:
@@ -114,16 +107,24 @@ class Worker:
                 self.process.wait(timeout)
 
 
+def start_embedded_store() -> EmbeddedRedis | None:
+    """The embedded redis-server of `--store embedded` (one process or several); None, the
+    reason printed for `hotpath serve`, when it cannot start."""
+    from impl.server.store.redis import embedded
+
+    try:
+        return embedded.start()
+    except RuntimeError as exc:
+        print(f"hotpath serve: {exc}", file=sys.stderr)
+        return None
+
+
 def supervise(settings: Settings, picks: Picks) -> int:
     """Run `settings.workers` server processes until SIGTERM/SIGINT; the exit status."""
-    from impl.server import embedded as embedded_module
-
     store = None
     if settings.store_kind() == "embedded":
-        try:
-            store = embedded_module.start()
-        except RuntimeError as exc:
-            print(f"hotpath serve: {exc}", file=sys.stderr)
+        store = start_embedded_store()
+        if store is None:
             return 2
         log.info("embedded store: redis-server pid %d on %s", store.pid, store.url)
     stopping = threading.Event()

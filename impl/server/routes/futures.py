@@ -6,7 +6,7 @@ here with the cursor of the previous answer and the ids it has fully retrieved, 
 waits for its completion to be reported, then fetches its payload once with `retrieve_future`.
 So the held polls cost one connection per session, not one per sample.
 
-Semantics (the store keeps the log, `impl.server.completions`): completions at or before
+Semantics (the store keeps the log, `impl.server.store.completions`): completions at or before
 `prev_cursor` are dropped as seen; the answer carries those after it (`finished` with the
 payload's size, or `failed`) and the new `cursor`; with none, the poll is held up to `timeout`
 (absent: `--poll-hold`; 0: answer at once, the SDK's ack-only poll). `retrieved_request_ids`

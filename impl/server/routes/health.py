@@ -1,5 +1,5 @@
 """`GET /healthz`: picks and why, decode design and why, the store (kind, address, round trip)
-and its counts, why held polls answered (`impl.server.held`), the answering process,
+and its counts, why held polls answered (`impl.server.store.held`), the answering process,
 event-loop lag, GC pauses.
 `GET /metrics`: the same and more in Prometheus text format (see impl/server/metrics.py)."""
 

@@ -1,0 +1,271 @@
+"""Fetch processes: the router request goes down a socket, SampleResponse bytes come back.
+
+With decode processes (`impl.server.offloop.processes`) the server's loop still receives every body
+through its pool: on probe-128x262k that receive (the pool's completion and its copy of ~20 MB)
+held the loop for 80-430 ms at a time, the longest stalls left. Here each fetch process runs its
+own event loop and its own pool of the picked implementation: the server sends it the router
+request (a few KB of JSON) and what decoding needs, the process posts it (`impl.server.upstream`:
+the same retry rule and messages as the loop's own forwards), reads the body, decodes and encodes
+it with the server's picked decoder and encoder (the same bytes), and answers with the
+SampleResponse bytes (~10x smaller than the body). The body never enters the server's process.
+
+A process holds many requests at once (generations take long; the process's loop waits on all of
+them), decodes one body at a time in its one decode thread (so with a decoder that releases the
+GIL its loop keeps completing other receives meanwhile) and drops the body and the decoded
+buffers once the proto bytes are written. Requests go to the process with the fewest in
+flight. The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-
+flight`: the expected size is reserved before the request goes to a process, the real size once
+the process answers). Each process's pool gets an equal share of `--upstream-connections`.
+
+Frames: request = `<QII` (job id, meta length, request length), meta (orjson: prompt tokens, n,
+top-k, include prompt logprobs), the router request; answer = `<QcQQBddd` (job id, `o` ok or
+`e` error, payload length, body bytes, attempts, upstream/decode/encode seconds), payload (proto
+bytes, or orjson [failure class, message]). A process that dies fails exactly the requests it
+held, with a message saying so (not retried: the router may still be generating them), and is
+replaced. A process exits when the server's end of its socket closes, so a killed server leaves
+no orphan; on shutdown the server closes every socket, waits briefly, then kills by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import struct
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+
+from impl.server.offloop.children import Child, ChildDied, Children, failure_of, failure_payload
+from impl.server.offloop.inline import DecodeJob, Fetched, to_proto
+from impl.server.upstream import UpstreamFailed
+
+_REQUEST = struct.Struct("<QII")
+_ANSWER = struct.Struct("<QcQQBddd")
+_READY = b"hotpath-fetch-process ready\n"
+_READ_LIMIT = 4 << 20
+
+
+class _FetchProcess(Child):
+    """The server's side of one fetch process: its process, socket and jobs in flight."""
+
+    def __init__(self, process: asyncio.subprocess.Process, reader: Any, writer: Any) -> None:
+        super().__init__(process, reader, writer)
+        self.jobs: dict[int, asyncio.Future[Fetched]] = {}
+        self.listener: asyncio.Task[None] | None = None
+
+    async def listen(self) -> None:
+        """Resolve each job's future from its answer frame, until the socket ends."""
+        reader = self.reader
+        while True:
+            head = await reader.readexactly(_ANSWER.size)
+            job_id, kind, size, body_bytes, attempts, up, dec, enc = _ANSWER.unpack(head)
+            payload = await reader.readexactly(size)
+            future = self.jobs.pop(job_id, None)
+            if future is None or future.done():
+                continue  # its forward was cancelled (shutdown)
+            failure = None
+            if kind != b"o":
+                failure, payload = failure_of(payload), b""
+            future.set_result(Fetched(payload, failure, body_bytes, attempts, up, dec, enc))
+
+    def ended(self) -> None:
+        if self.listener is not None:
+            self.listener.cancel()
+
+
+class FetchProcesses(Children):
+    """Requests expecting `min_bytes` or more of body are fetched, decoded and encoded by
+    `count` processes; smaller ones go through the loop's pool and decode inline."""
+
+    name = "fetch"
+    what = "fetch process"
+    ready = _READY
+    child_class = _FetchProcess
+    module = "impl.server.offloop.fetch"
+
+    def __init__(
+        self,
+        decoder: Any,
+        encoder: Any,
+        *,
+        pool_name: str,
+        pool_options: dict[str, Any],
+        count: int,
+        **common: Any,
+    ) -> None:
+        """`common`: the other keywords of `Children` (decoder and encoder names, ...)."""
+        options = dict(pool_options)
+        if "max_connections" in options:  # the cap is shared out, not multiplied
+            options["max_connections"] = max(1, -(-options["max_connections"] // count))
+        pool = ("--pool", pool_name, "--pool-options", orjson.dumps(options).decode())
+        super().__init__(decoder, encoder, count=count, options=pool, **common)
+        self._ids = itertools.count(1)
+
+    def joined(self, child: _FetchProcess) -> None:
+        child.listener = asyncio.get_running_loop().create_task(self._listen(child))
+
+    async def _listen(self, child: _FetchProcess) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, OSError):
+            await child.listen()
+        if self.closing:
+            return
+        status = await self._reap(child)
+        message = (
+            f"the fetch process (pid {child.pid}) died while it held this sample ({status}); "
+            f"only the {len(child.jobs)} sample(s) it held failed (not retried: the router "
+            "may still be generating them), a new one replaced it"
+        )
+        self._died(message)
+        for future in child.jobs.values():
+            if not future.done():
+                future.set_exception(ChildDied(message))
+        child.jobs.clear()
+        self._replace()
+
+    def fetches(self, expected_bytes: int) -> bool:
+        return expected_bytes >= self.min_bytes
+
+    async def fetch(self, url: str, request: bytes, job: DecodeJob) -> Fetched:
+        self.offloop += 1
+        while not self.alive:  # every process died at once: wait for a replacement
+            if self.closing:
+                raise UpstreamFailed("the server shut down before the sample was sent", "shutdown")
+            await self._joined.wait()
+        child = min(self.alive.values(), key=lambda c: len(c.jobs))
+        job_id = next(self._ids)
+        future: asyncio.Future[Fetched] = asyncio.get_running_loop().create_future()
+        child.jobs[job_id] = future
+        meta = orjson.dumps([url, job.prompt_tokens, job.n, job.topk, job.include_prompt_logprobs])
+        try:
+            child.writer.write(_REQUEST.pack(job_id, len(meta), len(request)) + meta)
+            child.writer.write(request)
+            await child.writer.drain()
+            return await future
+        except (ConnectionError, BrokenPipeError) as exc:  # died before the listener saw it
+            return await _died(future, exc)
+        except ChildDied as exc:
+            raise UpstreamFailed(str(exc), "decode_worker") from None
+        finally:
+            child.jobs.pop(job_id, None)
+
+    def _usage(self) -> dict[str, Any]:
+        return {"in_flight": {str(pid): len(c.jobs) for pid, c in sorted(self.alive.items())}}
+
+
+async def _died(future: asyncio.Future[Fetched], exc: BaseException) -> Fetched:
+    """A write to a dead process: its listener fails the future with the full message."""
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), 10)
+    except ChildDied as died:
+        raise UpstreamFailed(str(died), "decode_worker") from None
+    except TimeoutError:
+        raise UpstreamFailed(f"the fetch process's socket failed: {exc}", "decode_worker") from None
+
+
+# -- the fetch process ------------------------------------------------------------------------
+
+
+async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any, ...]:
+    """One router request through this process's pool: the answer's fields after the job id."""
+    from impl.server import upstream
+
+    url, prompt_tokens, n, topk, include = orjson.loads(meta)
+    attempts = 0
+    body_bytes = 0
+    upstream_seconds = decode_seconds = encode_seconds = 0.0
+
+    def attempt(number: int) -> None:
+        nonlocal attempts
+        attempts = number
+
+    try:
+        started = time.perf_counter()
+        try:
+            reply = await upstream.post(parts["pool"], url, request, attempt)
+        finally:
+            upstream_seconds = time.perf_counter() - started
+        body_bytes = len(reply.body)
+        body = upstream.body_of(reply)
+        del reply
+        job = DecodeJob(prompt_tokens, n, topk, include)
+        payload, decode_seconds, encode_seconds = await asyncio.get_running_loop().run_in_executor(
+            parts["decode_thread"], to_proto, parts["decoder"], parts["encoder"], body, job
+        )
+        del body
+        kind = b"o"
+    except Exception as exc:  # UpstreamFailed, or a bug: fail the sample, keep the process
+        payload, kind = failure_payload(exc), b"e"
+    timings = (upstream_seconds, decode_seconds, encode_seconds)
+    return kind, payload, body_bytes, attempts, timings
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    import socket
+
+    from impl import registry
+
+    parts = {
+        "decoder": registry.create("decode", args.decode),
+        "encoder": registry.create("encode", args.encode),
+        "pool": registry.create("pool", args.pool, **orjson.loads(args.pool_options)),
+        # one body decoded at a time, off this loop: with a decoder that releases the GIL the
+        # loop keeps completing the other bodies' receives meanwhile
+        "decode_thread": ThreadPoolExecutor(1, thread_name_prefix="hotpath-fetch-decode"),
+    }
+    channel = socket.socket(fileno=os.dup(0))
+    reader, writer = await asyncio.open_unix_connection(sock=channel, limit=_READ_LIMIT)
+    writer.write(_READY)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run(job_id: int, meta: bytes, request: bytes) -> None:
+        kind, payload, body_bytes, attempts, timings = await _job(parts, meta, request)
+        writer.write(_ANSWER.pack(job_id, kind, len(payload), body_bytes, attempts, *timings))
+        writer.write(payload)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    try:
+        while True:
+            try:
+                job_id, meta_size, size = _REQUEST.unpack(await reader.readexactly(_REQUEST.size))
+                meta = await reader.readexactly(meta_size)
+                request = await reader.readexactly(size)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return 0  # the server closed its end (shutdown, or it died)
+            task = asyncio.get_running_loop().create_task(run(job_id, meta, request))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(parts["pool"].aclose(), 1)
+        parts["decode_thread"].shutdown(wait=False, cancel_futures=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The fetch process: frames in and out on its stdin socket until the server closes it."""
+    parser = argparse.ArgumentParser(prog="python -m impl.server.offloop.fetch")
+    parser.add_argument("--decode", required=True, help="decode implementation (registry name)")
+    parser.add_argument("--encode", required=True, help="encode implementation (registry name)")
+    parser.add_argument("--pool", required=True, help="pool implementation (registry name)")
+    parser.add_argument("--pool-options", default="{}", help="the pool contract's options (JSON)")
+    parser.add_argument("--nice", type=int, default=0, help="added to this process's niceness")
+    args = parser.parse_args(argv)
+    if args.nice:
+        os.nice(args.nice)  # the server's loop answers first when both want a core
+    os.dup2(2, 1)  # stray prints go to stderr, not into the frames (the socket is fd 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the server's to handle
+    return asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

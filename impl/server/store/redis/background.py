@@ -1,0 +1,145 @@
+"""The shared store's background work, one loop each: wake-ups from pub/sub, the counters'
+refresh, lease renewal and takeover (redis_store.py says why each exists).
+
+A mixin of `RedisStore`: it uses the store's clients, keys, scripts and local state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from impl.server.store import Record
+from impl.server.store.held import WOKEN, settle
+from impl.server.store.redis.scripts import BUCKET_S, now_ms, unkey
+
+log = logging.getLogger("hotpath.server")
+#: How many recently completed request ids each process remembers.
+RECENT = 65536
+
+
+class StoreBackground:
+    """Background loops of the shared store (mixed into RedisStore)."""
+
+    client: Any
+    control: Any
+    scripts: dict[str, Any]
+    waiters: dict[str, list[asyncio.Future[str]]]
+    recent: Any
+    owned: set[str]
+    view: dict[str, int]
+    on_takeover: Any
+    session_logs: Any
+
+    def _wake(self, request_id: str) -> None:
+        self.recent[request_id] = None
+        if len(self.recent) > RECENT:
+            self.recent.popitem(last=False)
+        for waiter in self.waiters.get(request_id, ()):
+            settle(waiter, WOKEN)
+
+    def _on_message(self, text: str) -> None:
+        """A completion: `<request_id>`, or `<request_id> <clone> <sampling_session_id>` when
+        its session's held poll is due an answer."""
+        request_id, _, target = text.partition(" ")
+        self._wake(request_id)
+        if target:
+            clone, _, session = target.partition(" ")
+            self.session_logs.wake((session, int(clone)))
+
+    async def _listen(self) -> None:
+        """Wake local waiters on every published completion; reconnect when the engine drops."""
+        while True:
+            pubsub = self.client.pubsub()
+            try:
+                await pubsub.subscribe(self.channel)
+                self.listening = True
+                self.wake_all()  # anything published while we were away: re-read
+                async for message in pubsub.listen():
+                    if message["type"] == "message":
+                        self._on_message(message["data"].decode())
+            except (RedisError, OSError):
+                self.listening = False
+                await asyncio.sleep(0.5)
+            finally:
+                self.listening = False
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()
+
+    async def refresh(self) -> None:
+        """Read the cluster-wide pending count, stored bytes and counters (and the RTT)."""
+        began = time.perf_counter()
+        async with self.control.pipeline(transaction=False) as pipe:
+            pipe.zcard(self.pending_key)
+            pipe.hgetall(self.bytes_key)
+            pipe.hgetall(self.stats_key)
+            pending, buckets, counters = await pipe.execute()
+        self.rtt_ms = round((time.perf_counter() - began) * 1e3, 3)
+        now = int(time.time() * 1000 // (BUCKET_S * 1000))  # buckets <= now have all expired
+        stale = [b for b in buckets if int(b) <= now]
+        if stale:
+            await self.control.hdel(self.bytes_key, *stale)
+        self.view["pending"] = pending
+        self.view["stored_bytes"] = sum(int(v) for b, v in buckets.items() if int(b) > now)
+        for name, value in counters.items():
+            self.view[name.decode()] = int(value)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+                if self.error is not None:
+                    log.warning("the shared store at %s is back", self.address)
+                self.error = None
+            except (RedisError, OSError) as exc:
+                if self.error is None:
+                    log.warning("the shared store at %s is unavailable: %s", self.address, exc)
+                self.error = f"{type(exc).__name__}: {exc}"
+            await asyncio.sleep(self.refresh_interval)
+
+    async def _lease_loop(self) -> None:
+        """Renew this process's leases four times per lease."""
+        while True:
+            await asyncio.sleep(self.lease_ms / 4000)
+            with contextlib.suppress(RedisError, OSError):
+                await self.renew()
+
+    async def _takeover_loop(self) -> None:
+        """Claim and forward again records whose owner's lease lapsed (twice per lease)."""
+        while True:
+            await asyncio.sleep(self.lease_ms / 2000)
+            with contextlib.suppress(RedisError, OSError):
+                await self.take_over()
+
+    async def renew(self) -> None:
+        if self.owned:
+            deadline = now_ms() + self.lease_ms
+            await self.control.zadd(self.pending_key, dict.fromkeys(self.owned, deadline), xx=True)
+
+    async def take_over(self, most: int = 256) -> int:
+        """Claim records whose owner stopped renewing and forward them here; how many."""
+        now = now_ms()
+        claimed = await self.scripts["claim"](
+            client=self.control,
+            keys=[self.pending_key, self.stats_key],
+            args=[now, now + self.lease_ms, most],
+        )
+        for raw in claimed:
+            request_id = raw.decode()
+            state, n, key, body, options = await self.client.hmget(
+                self._record_key(request_id), "s", "n", "k", "jb", "jm"
+            )
+            if state != b"pending" or body is None:  # finished meanwhile, or expired
+                await self.client.zrem(self.pending_key, request_id)
+                continue
+            record = Record(request_id, unkey(key), int(n))
+            self.owned.add(request_id)
+            log.warning("taking over %s: its owner's lease lapsed", request_id)
+            if self.on_takeover is not None:
+                self.on_takeover(record, body, options.decode())
+        return len(claimed)

@@ -1,0 +1,123 @@
+"""The embedded shared store: a local `redis-server` on a unix socket, started and stopped with
+the server (`hotpath serve --workers N` with no `--store`, or `--store embedded`).
+
+The binary is Debian's `redis-server` package (Redis 7; `apt-get install redis-server`, which
+`.ci/run` does on a fresh machine). It listens on no TCP port, only on a socket in a private
+temp dir (mode 0700), keeps nothing on disk (`save ""`, no AOF) and is stopped by its PID. The
+PyPI wheels that bundle a server binary carry Redis 6 and were last released years ago, so the
+distribution's package is the maintained source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+PR_SET_PDEATHSIG = 1
+INSTALL_HINT = (
+    "the embedded store needs the redis-server binary (Redis >= 7): "
+    "`apt-get install redis-server`, or pass --store redis://HOST:PORT/DB"
+)
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM when its parent dies, even by SIGKILL (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def binary() -> str | None:
+    """The redis-server on PATH (or in /usr/sbin, /usr/bin), or None."""
+    return shutil.which("redis-server") or shutil.which(
+        "redis-server", path="/usr/sbin:/usr/bin:/usr/local/bin"
+    )
+
+
+@dataclass
+class EmbeddedRedis:
+    """A running redis-server child on a unix socket; `stop()` ends it by PID."""
+
+    process: subprocess.Popen = field(repr=False)
+    directory: str
+    socket: str
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self, timeout: float = 10.0, *, keep: bool = False) -> None:
+        """SIGTERM by PID (SIGKILL after `timeout`); the temp dir goes too unless `keep`."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout)
+        if not keep:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start(
+    timeout: float = 15.0, directory: str | None = None, extra: tuple[str, ...] = ()
+) -> EmbeddedRedis:
+    """Start redis-server on a socket in `directory` (default: a new temp dir), with `extra`
+    server options; RuntimeError saying why it did not start."""
+    path = binary()
+    if path is None:
+        raise RuntimeError(INSTALL_HINT)
+    directory = directory or tempfile.mkdtemp(prefix="hotpath-store-")
+    sock = os.path.join(directory, "redis.sock")
+    command = [
+        path,
+        "--port", "0",
+        "--unixsocket", sock,
+        "--unixsocketperm", "700",
+        "--dir", directory,
+        "--save", "",
+        "--appendonly", "no",
+        "--daemonize", "no",
+        "--loglevel", "warning",
+        "--logfile", os.path.join(directory, "redis.log"),
+        "--maxclients", "10000",
+        *extra,
+    ]  # fmt: skip
+    import redis
+
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent
+    )
+    server = EmbeddedRedis(process, directory, sock)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        if os.path.exists(sock):
+            try:
+                redis.Redis(unix_socket_path=sock, socket_timeout=1).ping()
+                return server
+            except redis.RedisError:
+                pass
+        time.sleep(0.02)
+    log_tail = _tail(os.path.join(directory, "redis.log"))
+    server.stop()
+    raise RuntimeError(f"redis-server did not start within {timeout:.0f} s: {log_tail}")
+
+
+def _tail(path: str, size: int = 2000) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read()[-size:].decode(errors="replace")
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,396 @@
+"""`RedisStore`: the future store on a Redis (>= 7) or Valkey server, shared by server processes.
+
+redis-py's asyncio client (with hiredis parsing replies) talks to the engine; every change of a
+record is one Lua script, so it is atomic across processes and costs one round trip:
+
+- `{p}r:<request_id>` is a hash: state, n, key, payload, error, derived JSON, size, the bytes
+  bucket it is counted in, and while pending the forward itself (router body and options), so
+  another process can take it over. `{p}k:<seq_id>:<session>` maps a dedup key to
+  `"<request_id> <n>"`; `create` sets it only if absent, so two processes given the same
+  `(sampling_session_id, seq_id)` at once create one record.
+- Retention uses the engine's own expiry (PEXPIRE): a finished record and its key live
+  `completed_ttl`; `delivered` (called only after the response reached a still-connected
+  client) moves the record to `retrieved_ttl` and the key to `retrieved_ttl + dedup_ttl` (the
+  dedup tombstone). An undelivered result that expired takes its key with it.
+- `{p}pending` is a sorted set of pending request ids scored by their owner's lease deadline
+  (ms). The owner renews the leases of its forwards every `lease / 4` seconds in one ZADD; every
+  process reaps leases that lapsed (its owner was killed) by claiming them in a script and
+  forwarding them again. A record finishes once (the script ignores a second completion), and
+  each takeover is counted: generations done twice are bounded by what the dead process had in
+  flight.
+- `{p}bytes` is a hash of stored-result bytes per 5-second bucket of expiry deadlines; a bucket
+  whose time passed is dropped, so the global byte count follows the engine's expiry without
+  listening to it. `pressure()` reads a view of pending count and bytes that every process
+  refreshes every 0.2 s, so both caps hold across processes within that window.
+- Wake-ups: a completion PUBLISHes its request id on `{p}done`; each process keeps one
+  subscriber connection and wakes its local waiters. Pub/sub is chosen because a wake-up is
+  only a hint: one PUBLISH per completion and no per-poll subscription, where a stream would
+  need trimming and a per-poll cursor. A missed message (subscriber reconnecting) costs no
+  result: `wait` re-reads the record after registering, after waking and when its hold ends,
+  and a reconnected subscriber wakes every local waiter to re-read.
+- Session polling: completion logs in the engine, appended by FINISH (redis_completions.py).
+
+The request path's calls of one event-loop iteration share one round trip (redis_pipeline.py).
+Any engine error (connection refused, timeout, loading) becomes `StoreUnavailable`, answered
+503 with Retry-After; the client reconnects by itself. Scripts: redis_scripts.py; background
+loops: redis_background.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from impl.server.store import (
+    DONE,
+    FAILED,
+    PENDING,
+    Key,
+    Record,
+    Retention,
+    to_json_off_loop,
+)
+from impl.server.store import StoreUnavailable as StoreUnavailable
+from impl.server.store.completions import CLONE_BLOCK
+from impl.server.store.held import AT_ONCE, HOLD_EXPIRED, RELEASED, HeldPolls, settle
+from impl.server.store.redis import scripts as lua
+from impl.server.store.redis.background import StoreBackground
+from impl.server.store.redis.completions import SCRIPTS as SESSION_SCRIPTS
+from impl.server.store.redis.completions import RedisSessionLogs, SessionPolling
+from impl.server.store.redis.pipeline import AutoPipeline
+from impl.server.store.redis.scripts import address, bucket, guard, now_ms, unkey
+
+log = logging.getLogger("hotpath.server")
+_COUNTERS = (
+    *("submitted", "deduplicated", "late_duplicates", "completed", "failed", "delivered"),
+    *("json_derived", "takeovers", "finished_twice", "acknowledged"),
+)
+
+
+class RedisStore(SessionPolling, StoreBackground):
+    """The shared store: records in Redis/Valkey, wake-ups by pub/sub, leases for takeover."""
+
+    clock_starts_on_build = False
+    dedup_on_create = True
+
+    def __init__(
+        self,
+        url: str,
+        retention: Retention,
+        *,
+        to_json: Callable[[bytes], bytes],
+        lease: float = 15.0,
+        prefix: str = "hotpath:",
+        refresh_interval: float = 0.2,
+        connections: int = 64,
+    ) -> None:
+        self.url = url
+        self.address = address(url)
+        self.retention = retention
+        self.completed_ms = int(retention.completed_ttl * 1000)
+        self.retrieved_ms = int(retention.retrieved_ttl * 1000)
+        self.dedup_ms = int(retention.dedup_ttl * 1000)
+        self.to_json = to_json
+        self.lease_ms = int(lease * 1000)
+        self.prefix = prefix
+        self.refresh_interval = refresh_interval
+        self.client, self.control = lua.clients(url, connections)
+        self.pending_key = prefix + "pending"
+        self.bytes_key = prefix + "bytes"
+        self.stats_key = prefix + "stats"
+        self.channel = prefix + "done"
+        self.no_key = prefix + "k:-"
+        texts = {
+            "create": lua.CREATE,
+            "lookup": lua.LOOKUP,
+            "finish": lua.FINISH,
+            "delivered": lua.DELIVERED,
+            "json": lua.JSON,
+            "claim": lua.CLAIM,
+            **SESSION_SCRIPTS,
+        }
+        self.scripts = {"claim": self.client.register_script(lua.CLAIM)}  # the control path
+        #: the request path's calls: one round trip per event-loop iteration
+        self.pipe = AutoPipeline(self.client, texts)
+        self._prefix = os.urandom(4).hex()
+        self._ids = 0
+        self.waiters: dict[str, list[asyncio.Future[str]]] = {}
+        #: Request ids whose completion message arrived lately (a poll registering after it).
+        self.recent: OrderedDict[str, None] = OrderedDict()
+        self.listening = False
+        self.owned: set[str] = set()
+        self.json_futures: dict[str, asyncio.Future[bytes]] = {}
+        #: Set by the lifespan: forwards a record taken over from a process that went away,
+        #: given the job as `create` kept it (`job.pack()`: router body, options).
+        self.on_takeover: Callable[[Record, bytes, str], None] | None = None
+        self.view = {"pending": 0, "stored_bytes": 0, **dict.fromkeys(_COUNTERS, 0)}
+        self.rtt_ms: float | None = None
+        self.error: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        #: why held polls answered, this process (/healthz `held_polls`)
+        self.held_polls = HeldPolls()
+        self.session_logs = RedisSessionLogs(
+            self, retention.session_batch_wait, retention.session_batch_size
+        )
+        #: a log list outlives its newest entry's record by no more than this
+        self.log_ttl_ms = max(self.completed_ms, self.retrieved_ms)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for work in (self._listen, self._refresh_loop, self._lease_loop, self._takeover_loop):
+            self._tasks.append(loop.create_task(work()))
+
+    async def open(self) -> None:
+        """Check the engine answers (a wrong URL fails start-up), then start background work."""
+        try:
+            await self.refresh()  # also the first view of the counters /healthz shows
+            await self.pipe.load()
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"cannot reach the store at {self.address}: {exc}") from exc
+        self.start()
+
+    def wake_all(self) -> None:
+        for waiters in self.waiters.values():
+            for waiter in waiters:
+                settle(waiter, RELEASED)
+        self.session_logs.wake_all()
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self.wake_all()
+        self.session_logs.release()
+
+    async def aclose(self) -> None:
+        self.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.client.aclose()
+        await self.control.aclose()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "redis",
+            "address": self.address,
+            "rtt_ms": self.rtt_ms,
+            "available": self.error is None,
+            "error": self.error,
+            "lease_s": self.lease_ms / 1000,
+            "forwards_owned": len(self.owned),
+            "round_trips": self.pipe.round_trips,  # this process's request path
+            "commands": self.pipe.commands,
+        }
+
+    # -- the interface ---------------------------------------------------------------------
+    def _key(self, key: Key) -> str:
+        return f"{self.prefix}k:{key[1]}:{key[0]}"
+
+    def _record_key(self, request_id: str) -> str:
+        return f"{self.prefix}r:{request_id}"
+
+    @guard
+    async def lookup(self, key: Key) -> Record | None:
+        found = await self.pipe.script(
+            "lookup", [self._key(key), self.stats_key], [self.prefix + "r:"]
+        )
+        if not found:
+            return None
+        request_id, n = found[0].decode().split(" ")
+        record = Record(request_id, key, int(n))
+        record.state = DONE if not found[1] else PENDING  # a tombstone's poll gets 404
+        return record
+
+    @guard
+    async def create(self, key: Key | None, n: int, job: Any = None) -> Record:
+        self._ids += 1
+        request_id = f"{self._prefix}-{self._ids}"
+        body, options = (b"", "") if job is None else job.pack()
+        existing = await self.pipe.script(
+            "create",
+            [
+                self._key(key) if key else self.no_key,
+                self._record_key(request_id),
+                self.pending_key,
+                self.stats_key,
+                self._log_keys(key)[0],
+            ],
+            [
+                request_id,
+                n,
+                f"{key[0]}\0{key[1]}" if key else "",
+                now_ms() + self.lease_ms,
+                body,
+                options,
+                self.prefix + "r:",
+                key[1] // CLONE_BLOCK if key else 0,
+                self.session_logs.base,
+            ],
+        )
+        if existing:  # the key was claimed before (here or elsewhere): its record, not forwarded
+            other, count = existing[0].decode().split(" ")
+            record = Record(other, key, int(count))
+            record.state = PENDING if existing[1] else DONE  # a tombstone's poll gets 404
+            record.fresh = False
+            return record
+        self.owned.add(request_id)
+        return Record(request_id, key, n)
+
+    @guard
+    async def get(self, request_id: str) -> Record | None:
+        return await self._read(request_id)
+
+    async def _read(self, request_id: str, record: Record | None = None) -> Record | None:
+        fields = self.pipe.call("HMGET", self._record_key(request_id), "s", "n", "k", "e")
+        payload = await self.pipe.call("GET", self._payload_key(request_id))
+        state, n, key, error = await fields
+        if state is None:
+            return None
+        if record is None:
+            record = Record(request_id, unkey(key), int(n))
+        record.state = state.decode()
+        record.error = error.decode() if error is not None else None
+        record.payload = payload
+        return record
+
+    def _payload_key(self, request_id: str) -> str:
+        return f"{self.prefix}p:{request_id}"
+
+    async def complete(self, record: Record, payload: bytes) -> None:
+        await self._finish(record, DONE, "", payload)
+
+    async def fail(self, record: Record, message: str) -> None:
+        await self._finish(record, FAILED, message, None)
+
+    @guard
+    async def _finish(self, record: Record, state: str, error: str, payload: Any) -> None:
+        deadline = time.time() * 1000 + self.completed_ms
+        size = len(payload) if payload is not None else len(error.encode())
+        stored = None
+        if payload is not None:  # the first generation's bytes win (a takeover's twin)
+            stored = self.pipe.call(
+                "SET", self._payload_key(record.request_id), payload, "NX", "PX", self.completed_ms
+            )
+        # In the same pipeline, right after the SET: a reader between the two sees the record
+        # still pending; a process killed between them leaves bytes that expire.
+        finished = self.pipe.script(
+            "finish",
+            [
+                self._record_key(record.request_id),
+                self._key(record.key) if record.key else self.no_key,
+                self.pending_key,
+                self.bytes_key,
+                self.stats_key,
+                self._payload_key(record.request_id),
+                *self._log_keys(record.key),
+            ],
+            [
+                record.request_id,
+                state,
+                error,
+                self.completed_ms,
+                bucket(deadline),
+                self.channel,
+                size,
+                record.key[1] // CLONE_BLOCK if record.key else 0,
+                self.session_logs.batch_size,
+                self.log_ttl_ms,
+                record.key[0] if record.key else "",
+            ],
+        )
+        if stored is not None:
+            await stored
+        await finished
+        self.owned.discard(record.request_id)
+        record.state = state
+        self._wake(record.request_id)
+
+    async def abandon(self, record: Record, message: str) -> None:
+        """Hand the record over: its lease lapses now, so another process forwards it."""
+        self.owned.discard(record.request_id)
+        with contextlib.suppress(RedisError, OSError):
+            await self.client.zadd(self.pending_key, {record.request_id: 0}, xx=True)
+
+    @guard
+    async def wait(self, record: Record, timeout: float) -> None:
+        if record.state != PENDING or timeout <= 0:
+            self.held_polls.count("future", AT_ONCE)
+            return
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        waiters = self.waiters.setdefault(record.request_id, [])
+        waiters.append(waiter)
+        try:
+            # Registered first, then checked: a completion whose message came before we
+            # registered is in `recent`; without a subscriber, the record is re-read.
+            if not self.listening or record.request_id in self.recent:
+                await self._read(record.request_id, record)
+            reason = AT_ONCE
+            if record.state == PENDING:
+                timer = loop.call_later(timeout, settle, waiter, HOLD_EXPIRED)
+                try:
+                    reason = await waiter
+                finally:
+                    timer.cancel()
+                await self._read(record.request_id, record)  # woken, missed or timed out
+            self.held_polls.count("future", reason)
+        finally:
+            waiters.remove(waiter)
+            if not waiters:
+                del self.waiters[record.request_id]
+
+    async def proto(self, record: Record) -> bytes:
+        return record.payload
+
+    @guard
+    async def json(self, record: Record) -> bytes:
+        cached = await self.pipe.call("HGET", self._record_key(record.request_id), "j")
+        if cached is not None:
+            return cached
+        future = self.json_futures.get(record.request_id)
+        if future is None:  # first miss here computes; concurrent misses await it
+            future = asyncio.ensure_future(self._derive_json(record))
+            self.json_futures[record.request_id] = future
+            future.add_done_callback(lambda _: self.json_futures.pop(record.request_id, None))
+        return await asyncio.shield(future)
+
+    async def _derive_json(self, record: Record) -> bytes:
+        text = await to_json_off_loop(self.to_json, record.payload)
+        await self.pipe.script(
+            "json", [self._record_key(record.request_id), self.bytes_key, self.stats_key], [text]
+        )
+        return text
+
+    async def delivered(self, record: Record) -> None:
+        """Start the retrieved clock; if the store is down, the result keeps its longer TTL."""
+        deadline = time.time() * 1000 + self.retrieved_ms
+        try:
+            await self.pipe.script(
+                "delivered",
+                [
+                    self._record_key(record.request_id),
+                    self._key(record.key) if record.key else self.no_key,
+                    self.bytes_key,
+                    self.stats_key,
+                    self._payload_key(record.request_id),
+                ],
+                [self.retrieved_ms, self.retrieved_ms + self.dedup_ms, bucket(deadline)],
+            )
+        except (RedisError, OSError) as exc:
+            log.warning("delivery of %s not recorded: %s", record.request_id, exc)
+
+    def pressure(self) -> str | None:
+        if self.error is not None:
+            return None  # the next store call answers 503 with the reason
+        view = self.view
+        return self.retention.refusal(view["pending"], view["stored_bytes"], " in the shared store")
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.view)

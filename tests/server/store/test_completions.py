@@ -1,0 +1,383 @@
+"""The per-session completion logs behind retrieve_futures, through each store (an event loop,
+no HTTP): cursor and trim, holds and batching, acks and the two retention clocks. Every case
+runs on the MemoryStore and on the RedisStore against a real redis-server (the embedded one),
+where the log lives in the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from impl.server.store import Retention
+from impl.server.store.completions import CLONE_BLOCK, target_of
+from impl.server.store.memory import MemoryStore
+from impl.server.store.redis import embedded
+
+SS = "session-x:sample:0"
+TARGET = (SS, 0)
+NEEDS_ENGINE = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
+STORES = ["memory", pytest.param("redis", marks=NEEDS_ENGINE)]
+#: a case about several processes: the shared store only
+SHARED_ONLY = [NEEDS_ENGINE, pytest.mark.parametrize("make", ["redis"], indirect=True)]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    pytest.importorskip(
+        "redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'"
+    )
+    server = embedded.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=STORES)
+def make(request):
+    """`make(**overrides)`: an unopened store of the parametrised kind (redis: a fresh key
+    prefix per test on the module's engine; `prefix=` shares one between two stores)."""
+    kind = request.param
+    url = request.getfixturevalue("engine").url if kind == "redis" else None
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+
+    def make_store(**overrides):
+        options = {
+            "completed_ttl": 60.0,
+            "retrieved_ttl": 10.0,
+            "max_outstanding": 1000,
+            "max_result_bytes": 1 << 30,
+            "to_json": lambda b: b"{}",
+            "session_batch_wait": 0.0,
+        }
+        options.update(overrides)
+        retention = Retention.take(options)
+        if kind == "memory":
+            return MemoryStore(retention, **options)
+        from impl.server.store.redis.store import RedisStore
+
+        options.setdefault("prefix", prefix)
+        return RedisStore(url, retention, **options)
+
+    make_store.kind = kind
+    return make_store
+
+
+async def _opened(make, **overrides):
+    store = make(**overrides)
+    await store.open()
+    return store
+
+
+async def _stats(store) -> dict:
+    if hasattr(store, "refresh"):
+        await store.refresh()
+    return store.stats()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _reasons(store, kind: str = "session") -> dict[str, int]:
+    """Why the store's held polls of `kind` answered so far (`impl.server.store.held`)."""
+    return dict(store.held_polls.counts[kind])
+
+
+def _since(before: dict[str, int], store, kind: str = "session") -> dict[str, int]:
+    """The reasons counted since `before` (only those that grew)."""
+    now = _reasons(store, kind)
+    return {reason: now[reason] - before[reason] for reason in now if now[reason] > before[reason]}
+
+
+def test_target_is_the_clone_block_of_the_seq_id():
+    assert target_of(SS, 5) == (SS, 0)
+    assert target_of(SS, 3 * CLONE_BLOCK + 7) == (SS, 3)
+
+
+def test_cursor_reports_each_completion_once_and_trims_what_was_seen(make):
+    async def go():
+        s = await _opened(make)
+        a, b, c = [await s.create((SS, i), 1) for i in (1, 2, 3)]
+        await s.complete(a, b"xx")
+        await s.fail(b, "upstream said no")
+        entries, cursor = await s.session_completions(TARGET, 0, 0)
+        assert [(e.request_id, e.state, e.size) for e in entries] == [
+            (a.request_id, "finished", 2),
+            (b.request_id, "failed", 0),
+        ]
+        assert [e.position for e in entries] == [cursor - 1, cursor]
+        # The answer was lost: the same cursor gets the same completions again.
+        again, cursor_again = await s.session_completions(TARGET, 0, 0)
+        assert again == entries and cursor_again == cursor
+        # The next cursor drops them; nothing new: the cursor stays.
+        assert await s.session_completions(TARGET, cursor, 0) == ([], cursor)
+        assert await s.session_completions(TARGET, 0, 0) == ([], 0)  # dropped for good
+        await s.complete(c, b"yyy")
+        entries, later = await s.session_completions(TARGET, cursor, 0)
+        assert [e.request_id for e in entries] == [c.request_id] and later == cursor + 1
+        assert cursor < 2**53  # exact as a double (JSON readers, the shared store's Lua)
+        await s.aclose()
+
+    run(go())
+
+
+def test_clones_and_sessions_have_separate_logs(make):
+    async def go():
+        s = await _opened(make)
+        original = await s.create((SS, 1), 1)
+        clone = await s.create((SS, 2 * CLONE_BLOCK + 1), 1)
+        other = await s.create(("other", 1), 1)
+        for record in (original, clone, other):
+            await s.complete(record, b"x")
+        assert [e.request_id for e in (await s.session_completions(TARGET, 0, 0))[0]] == [
+            original.request_id
+        ]
+        clone_entries, _ = await s.session_completions((SS, 2), 0, 0)
+        assert [e.request_id for e in clone_entries] == [clone.request_id]
+        await s.aclose()
+
+    run(go())
+
+
+def test_unknown_cursor_is_none(make):
+    async def go():
+        s = await _opened(make)
+        record = await s.create((SS, 1), 1)
+        await s.complete(record, b"x")
+        _, cursor = await s.session_completions(TARGET, 0, 0)
+        assert await s.session_completions(TARGET, cursor + 1, 0) is None  # never handed out
+        assert await s.session_completions(TARGET, 12345, 0) is None  # an old server's
+        assert await s.session_completions((SS, 5), cursor, 0) is None  # another clone's
+        assert await s.session_completions(TARGET, cursor, 0) == ([], cursor)
+        if make.kind == "memory":
+            # Another store (a restarted server) does not know this cursor either.
+            fresh = await _opened(make)
+            assert await fresh.session_completions(TARGET, cursor, 0) is None
+        else:
+            # Every process restarted: the log is in the engine, the cursor still counts.
+            await s.aclose()
+            fresh = await _opened(make)
+            assert await fresh.session_completions(TARGET, cursor, 0) == ([], cursor)
+            later = await fresh.create((SS, 2), 1)
+            await fresh.complete(later, b"y")
+            entries, moved = await fresh.session_completions(TARGET, cursor, 0)
+            assert [e.request_id for e in entries] == [later.request_id]
+            assert moved == cursor + 1
+            # An engine without this store's data (another prefix) does not know it.
+            elsewhere = await _opened(make, prefix=f"o{uuid.uuid4().hex[:8]}:")
+            assert await elsewhere.session_completions(TARGET, cursor, 0) is None
+            await elsewhere.aclose()
+        await s.aclose()
+        await fresh.aclose()
+
+    run(go())
+
+
+def test_held_poll_answers_on_the_first_completion_or_after_the_hold(make):
+    async def go():
+        s = await _opened(make)
+        loop = asyncio.get_running_loop()
+        record = await s.create((SS, 1), 1)
+        start, before = loop.time(), _reasons(s)
+        assert await s.session_completions(TARGET, 0, 0.1) == ([], 0)
+        assert loop.time() - start >= 0.1
+        assert _since(before, s) == {"hold_expired": 1}
+        loop.call_later(0.05, lambda: asyncio.ensure_future(s.complete(record, b"x")))
+        before = _reasons(s)
+        entries, _ = await s.session_completions(TARGET, 0, 30)
+        assert [e.request_id for e in entries] == [record.request_id]
+        assert _since(before, s) == {"woken": 1}  # by the completion, not by the 30 s hold
+        await s.aclose()
+
+    run(go())
+
+
+def test_busy_session_is_answered_in_batches(make):
+    """While other samples of the session are pending, completions are collected for the batch
+    wait after the previous answer; once none is pending, the answer goes at once."""
+
+    async def go():
+        s = await _opened(make, session_batch_wait=0.3)
+        loop = asyncio.get_running_loop()
+        records = [await s.create((SS, i), 1) for i in range(4)]
+        await s.complete(records[0], b"x")
+        first, cursor = await s.session_completions(TARGET, 0, 5)  # no previous answer: at once
+        assert len(first) == 1
+        for i, record in enumerate(records[1:3]):
+            loop.call_later(
+                0.02 * (i + 1), lambda r=record: asyncio.ensure_future(s.complete(r, b"x"))
+            )
+        started, before = loop.time(), _reasons(s)
+        batch, cursor = await s.session_completions(TARGET, cursor, 5)
+        waited = loop.time() - started
+        assert [e.request_id for e in batch] == [r.request_id for r in records[1:3]]
+        assert waited >= 0.2  # held for the batch wait, not answered per completion
+        assert _reasons(s)["hold_expired"] == before["hold_expired"]  # not held for the 5 s
+        loop.call_later(0.02, lambda: asyncio.ensure_future(s.complete(records[3], b"x")))
+        last, _ = await s.session_completions(TARGET, cursor, 5)  # the last pending one
+        assert [e.request_id for e in last] == [records[3].request_id]
+        await s.aclose()
+
+    run(go())
+
+
+def test_full_batch_is_answered_before_the_batch_wait(make):
+    async def go():
+        s = await _opened(make, session_batch_wait=30.0, session_batch_size=3)
+        loop = asyncio.get_running_loop()
+        records = [await s.create((SS, i), 1) for i in range(5)]
+        await s.complete(records[0], b"x")
+        _, cursor = await s.session_completions(TARGET, 0, 60)  # the first answer: at once
+        for i, record in enumerate(records[1:4]):
+            loop.call_later(
+                0.02 * (i + 1), lambda r=record: asyncio.ensure_future(s.complete(r, b"x"))
+            )
+        before = _reasons(s)
+        batch, _ = await s.session_completions(TARGET, cursor, 60)
+        assert [e.request_id for e in batch] == [r.request_id for r in records[1:4]]
+        assert _since(before, s) == {"woken": 1}  # three waiting: not held for the 30 s wait
+        await s.aclose()
+
+    run(go())
+
+
+def test_an_answer_carries_at_most_limit_completions(make):
+    async def go():
+        s = await _opened(make)
+        records = [await s.create((SS, i), 1) for i in range(5)]
+        for record in records:
+            await s.complete(record, b"x")
+        first, cursor = await s.session_completions(TARGET, 0, 5, limit=2)
+        assert [e.request_id for e in first] == [r.request_id for r in records[:2]]
+        rest, _ = await s.session_completions(TARGET, cursor, 5, limit=8)
+        assert [e.request_id for e in rest] == [r.request_id for r in records[2:]]
+        await s.aclose()
+
+    run(go())
+
+
+def test_wake_all_releases_held_session_polls(make):
+    async def go():
+        s = await _opened(make)
+        await s.create((SS, 1), 1)
+        poll = asyncio.ensure_future(s.session_completions(TARGET, 0, 30))
+        await asyncio.sleep(0.05)
+        assert not poll.done()
+        before = _reasons(s)
+        s.wake_all()
+        s.close()
+        assert await poll == ([], 0)  # released: not held for the 30 s hold (counted below)
+        assert _since(before, s) == {"released": 1}
+        await s.aclose()
+
+    run(go())
+
+
+def test_ack_starts_the_retrieved_clock_of_own_completed_records_only(make):
+    async def go():
+        s = await _opened(make, completed_ttl=60.0, retrieved_ttl=0.1)
+        mine = await s.create((SS, 1), 1)
+        pending = await s.create((SS, 2), 1)
+        theirs = await s.create(("other", 1), 1)
+        clone = await s.create((SS, CLONE_BLOCK + 1), 1)
+        for record in (mine, theirs, clone):
+            await s.complete(record, b"x")
+        ids = [r.request_id for r in (mine, pending, theirs, clone)] + ["never-submitted"]
+        assert await s.acknowledge(TARGET, ids) == 1
+        assert await s.acknowledge(TARGET, ids) == 0  # re-sent ack: the clock does not move
+        stats = await _stats(s)
+        assert stats["acknowledged"] == 1 and stats["delivered"] == 1
+        await asyncio.sleep(0.25)
+        assert await s.get(mine.request_id) is None  # retrieved TTL passed
+        for kept in (theirs, clone, pending):  # never touched by this target's ack
+            assert (await s.get(kept.request_id)).request_id == kept.request_id
+        await s.aclose()
+
+    run(go())
+
+
+def test_reported_but_never_fetched_expires_by_the_completed_ttl(make):
+    async def go():
+        s = await _opened(make, completed_ttl=0.1, retrieved_ttl=60.0)
+        record = await s.create((SS, 1), 1)
+        await s.complete(record, b"x")
+        entries, _ = await s.session_completions(TARGET, 0, 0)
+        assert [e.request_id for e in entries] == [record.request_id]
+        await asyncio.sleep(0.25)
+        assert await s.get(record.request_id) is None
+        # its completion left the log too
+        assert await s.session_completions(TARGET, 0, 0) == ([], 0)
+        await s.aclose()
+
+    run(go())
+
+
+def test_logs_of_clones_that_never_sampled_leave_nothing(make):
+    async def go():
+        s = await _opened(make)
+        for clone in range(1, 50):  # polls for clones that never submitted anything
+            assert await s.session_completions((SS, clone), 0, 0) == ([], 0)
+        record = await s.create((SS, 1), 1)
+        await s.complete(record, b"x")
+        if make.kind == "memory":
+            s.sweep()
+            assert s.stats()["session_logs"] == 1  # only the log that has handed out a cursor
+        else:
+            fields = await s.client.hkeys(s.session_logs.meta_key(SS))
+            assert {f.decode().split(":")[0] for f in fields} == {"0"}
+        await s.aclose()
+
+    run(go())
+
+
+@SHARED_ONLY[0]
+@SHARED_ONLY[1]
+def test_two_processes_share_one_log(make):
+    """Completions made in one process are polled in another; the cursor one process handed
+    out continues in the other, and a held poll there wakes on the completion."""
+
+    async def go():
+        a = await _opened(make)
+        b = await _opened(make)
+        loop = asyncio.get_running_loop()
+        first, second = await a.create((SS, 1), 1), await a.create((SS, 2), 1)
+        await a.complete(first, b"x")
+        entries, cursor = await b.session_completions(TARGET, 0, 0)
+        assert [e.request_id for e in entries] == [first.request_id]
+        loop.call_later(0.1, lambda: asyncio.ensure_future(a.complete(second, b"yy")))
+        before = _reasons(b)
+        entries, later = await b.session_completions(TARGET, cursor, 30)
+        assert [(e.request_id, e.size) for e in entries] == [(second.request_id, 2)]
+        assert later == cursor + 1
+        assert _since(before, b) == {"woken": 1}  # by a's message, not held for the 30 s
+        assert await a.session_completions(TARGET, later, 0) == ([], later)
+        assert await a.acknowledge(TARGET, [second.request_id]) == 1
+        assert await b.acknowledge(TARGET, [second.request_id]) == 0
+        await a.aclose()
+        await b.aclose()
+
+    run(go())
+
+
+@SHARED_ONLY[0]
+@SHARED_ONLY[1]
+def test_a_missed_wake_up_never_loses_a_completion(make):
+    """No subscriber (the store never opened), so no message wakes the held poll; it re-reads
+    when its hold ends and answers the completion."""
+
+    async def go():
+        a = await _opened(make)
+        deaf = make()  # not opened: no subscriber
+        record = await a.create((SS, 1), 1)
+        asyncio.get_running_loop().call_later(
+            0.05, lambda: asyncio.ensure_future(a.complete(record, b"x"))
+        )
+        before = _reasons(deaf)
+        entries, _ = await deaf.session_completions(TARGET, 0, 0.5)
+        assert [e.request_id for e in entries] == [record.request_id]
+        assert _since(before, deaf) == {"hold_expired": 1}  # re-read when the hold ended
+        await a.aclose()
+        await deaf.aclose()
+
+    run(go())
