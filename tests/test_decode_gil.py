@@ -6,7 +6,7 @@ the thread holding it gives it up. That thread counts the turns it gets while th
 is inside a decode of a ~20 MB vLLM body: a decoder that releases the GIL lets it in (at least
 one turn within a bounded number of decodes), work that holds the GIL (stdlib `json.loads`, a
 pure-Python loop) gets exactly none. How much the other thread keeps of its rate is a figure,
-not a test: perf/gil_share.py measures it.
+not a test: `python -m impl.probes.gil_share` measures it.
 """
 
 from __future__ import annotations
