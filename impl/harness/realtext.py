@@ -293,7 +293,11 @@ def render(doc: dict[str, Any], how: str) -> bytes:
 
 def rerender(body: bytes, how: str) -> bytes:
     """A generated body as `how` renders it (`json` bodies are returned as they are)."""
-    return body if how == "json" else render(json.loads(body), how)
+    if how == "json":
+        return body
+    import orjson  # parses to the same document as json.loads, ~3x faster
+
+    return render(orjson.loads(body), how)
 
 
 def completion_body(
