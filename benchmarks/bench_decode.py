@@ -11,7 +11,9 @@ ROUNDS: one (asv's default is two processes per combination, interleaved). The 6
 took ~70 s a round here (each in a fresh process that builds its body and warms its decoder);
 one round keeps `make asv` within its per-commit budget (README: Benchmarks), at the price of
 the dashboard's figure coming from one process, not two. The gate passes its own
-`-a rounds=4` for the combination it times.
+`-a rounds=4` for the combination it times. `DecodeKind` adds 110 combinations at 262144
+tokens: its body is generated once (~3 s here) and read from disk by the other processes
+(~0.3 s each before the timing).
 """
 
 import hashlib
@@ -27,7 +29,7 @@ import numpy as np
 from impl import decode, registry
 from impl.decode.parity import same
 
-from .common import BODIES, TOKENS, decode_body
+from .common import BODIES, KINDS, RENDERS, TOKENS, decode_body, kind_body
 
 FAMILY = "decode"
 #: where reference results are kept between processes (and rounds, and runs)
@@ -59,16 +61,21 @@ def reference_result(body: bytes) -> decode.Completion:
     return want
 
 
-def verdict(implementation: str, tokens: int, kind: str) -> str | None:
-    """Why (implementation, tokens, kind) cannot be timed, or None; computed once per process.
+def verdict(implementation: str, tokens: int, kind: str, render: str | None = None) -> str | None:
+    """Why (implementation, tokens, kind[, render]) cannot be timed, or None; computed once per
+    process. Without `render` the body is `decode_body`'s, with it `kind_body`'s.
 
     The decoder that passed is kept (`_decoders`) and warm: it has decoded this body once.
     """
-    key = (implementation, tokens, kind)
+    key = (implementation, tokens, kind, render)
     if key not in _verdicts:
         reason = registry.unavailable_reason(FAMILY, implementation)
         if reason is None:
-            body = decode_body(tokens, kind)
+            try:
+                body = _body(tokens, kind, render)
+            except NotImplementedError as absent:
+                _verdicts[key] = str(absent)
+                return _verdicts[key]
             decoder = _decoders.get(implementation) or registry.create(FAMILY, implementation)
             got = decoder.decode(body)
             if implementation != registry.reference(FAMILY) and not same(
@@ -79,6 +86,10 @@ def verdict(implementation: str, tokens: int, kind: str) -> str | None:
                 _decoders[implementation] = decoder
         _verdicts[key] = reason
     return _verdicts[key]
+
+
+def _body(tokens: int, kind: str, render: str | None) -> bytes:
+    return decode_body(tokens, kind) if render is None else kind_body(kind, render, tokens)
 
 
 class Decode:
@@ -111,4 +122,31 @@ class Decode:
         self.decoder.decode(self.body)
 
     def peakmem_decode(self, implementation, tokens, body):
+        self.decoder.decode(self.body)
+
+
+class DecodeKind:
+    """One 262144-token body of each kind and rendering of `impl.harness.realtext` (real prose,
+    code and multilingual text through a real tokenizer, the synthetic body; as json.dumps and
+    as orjson render them), decoded as `Decode` does: same timer, warm decoder, parity first.
+
+    110 combinations; the body is generated once and read from disk after that
+    (`common.kind_body`), a kind without its package (mistral-common, orjson) is n/a.
+    """
+
+    params = (list(registry.names(FAMILY)), KINDS, RENDERS)
+    param_names = ("implementation", "kind", "render")
+    timeout = 600
+    timer = time.process_time
+    rounds = 1  # ROUNDS: the module docstring
+    tokens = TOKENS[-1]
+
+    def setup(self, implementation, kind, render):
+        reason = verdict(implementation, self.tokens, kind, render)
+        if reason:
+            raise NotImplementedError(reason)
+        self.decoder = _decoders[implementation]
+        self.body = kind_body(kind, render, self.tokens)
+
+    def time_decode(self, implementation, kind, render):
         self.decoder.decode(self.body)

@@ -221,7 +221,9 @@ def profile_family(args: argparse.Namespace) -> Path:
         if args.target == "pool":
             from impl.harness import procs
 
-            router = procs.start_router(["--mode", "barrier", "--barrier", str(args.in_flight)])
+            router = procs.start_router(
+                ["--mode", "barrier", "--barrier", str(args.in_flight), "--body", "filler"]
+            )
             argv += [router.url + "/v1/completions", str(args.in_flight)]
         child = subprocess.Popen(argv, cwd=_ROOT, stdout=subprocess.PIPE, text=True)
         ready = child.stdout.readline()  # type: ignore[union-attr]

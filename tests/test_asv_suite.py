@@ -96,6 +96,32 @@ def test_instruction_counts_are_na_without_valgrind(monkeypatch):
         assert benchmark.do_setup() is True, params
 
 
+def test_decode_kind_is_na_without_its_package(monkeypatch):
+    """DecodeKind's params are the full tables; a kind that cannot be made here is n/a (with its
+    hint), and one that can is set up with the body `common.kind_body` gives."""
+    from benchmarks import common
+
+    benchmark = asv_benchmark("bench_decode.DecodeKind.time_decode", ("json", "code", "orjson"))
+    assert benchmark._params[1:] == [common.KINDS, common.RENDERS]
+    monkeypatch.setattr(common.realtext, "unavailable_reason", lambda *_: "no tokenizer: pip it")
+    assert benchmark.do_setup() is True
+    with pytest.raises(NotImplementedError, match="no tokenizer: pip it"):
+        common.kind_body("code", "orjson")
+
+
+def test_kind_bodies_are_kept_on_disk(tmp_path, monkeypatch):
+    """The first process generates a real-text body, the next ones read the same bytes."""
+    from benchmarks import common
+
+    if common.realtext.unavailable_reason("prose"):
+        pytest.skip(common.realtext.unavailable_reason("prose"))
+    monkeypatch.setattr(common, "CACHE", tmp_path)
+    first = common.kind_body("prose", "json", 256)
+    assert [p.name.split("-")[:3] for p in tmp_path.iterdir()] == [["prose", "json", "256"]]
+    monkeypatch.setattr(common.realtext, "body_for", None)  # a second call must not generate
+    assert common.kind_body("prose", "json", 256) == first
+
+
 def test_gated_instruction_counts_exist():
     """The gate's instruction-count stage selects existing benchmarks and parameter values."""
     from impl.ci import gate_icount

@@ -22,7 +22,7 @@ from test_decode_parity import assert_same
 
 from impl import registry
 from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, DecodeError
-from impl.harness import bodies
+from impl.harness import bodies, realtext
 
 FAMILY = "decode"
 REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
@@ -284,6 +284,27 @@ def test_fast_path_answers_realistic_bodies(compiled):
         for k in (0, 2):
             body = bodies.body_for(50, kind=kind, n=2, prompt_logprobs=k, seed=3)
             assert compiled.fast_path(body, k) is not None
+
+
+def _kinds() -> list:
+    params = []
+    for kind in realtext.KINDS:
+        for how in realtext.RENDERS:
+            reason = realtext.unavailable_reason(kind, how)
+            marks = [pytest.mark.skip(reason=str(reason))] if reason is not None else []
+            params.append(pytest.param(kind, how, id=f"{kind}-{how}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("kind", "how"), _kinds())
+def test_fast_path_answers_real_text_bodies(kind, how, compiled):
+    """Every body kind in both renderings: answered by the fast path (no hand-over), with top-k
+    prompt logprobs and without, and equal to the reference."""
+    for n, k, tokens in ((2, 2, 600), (1, 0, 5000)):
+        body = realtext.body_for(tokens, kind=kind, render_as=how, n=n, prompt_logprobs=k or None)
+        assert compiled.fast_path(body, k) is not None
+        kwargs = {"topk_prompt_logprobs": k} if k else {}
+        assert_same(compiled.decoder.decode(body, **kwargs), REFERENCE.decode(body, **kwargs))
 
 
 def _prompt_of(body: bytes) -> list[int]:

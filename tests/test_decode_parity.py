@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import threading
@@ -14,7 +15,7 @@ from decode_corpus import Case, valid_cases
 from impl import registry
 from impl.decode import Completion, parity
 from impl.decode.parity import assert_same
-from impl.harness import bodies
+from impl.harness import bodies, realtext
 
 FAMILY = "decode"
 REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
@@ -50,6 +51,42 @@ def test_matches_reference(decoder, case: Case):
     assert_same(
         decoder.decode(case.body, **case.kwargs), REFERENCE.decode(case.body, **case.kwargs)
     )
+
+
+#: (tokens, n, prompt logprobs k) of the real-text bodies; 262144 tokens for `mixed` only
+REALTEXT_SHAPES = [(3000, 2, 3), (20000, 1, None)]
+
+
+def realtext_params() -> list:
+    """Every body kind x rendering x shape; those that cannot be made here skip with the hint."""
+    params = []
+    for kind in realtext.KINDS:
+        for how in realtext.RENDERS:
+            reason = realtext.unavailable_reason(kind, how)
+            marks = pytest.mark.skipif(reason is not None, reason=str(reason))
+            shapes = REALTEXT_SHAPES + ([(262144, 1, None)] if kind == "mixed" else [])
+            for tokens, n, k in shapes:
+                case = (kind, how, tokens, n, k)
+                params.append(
+                    pytest.param(case, id=f"{kind}-{how}-t{tokens}-n{n}-k{k}", marks=marks)
+                )
+    return params
+
+
+@functools.cache
+def realtext_case(case: tuple) -> tuple[bytes, dict, Completion]:
+    """The body, decode arguments and the reference's result of one real-text case."""
+    kind, how, tokens, n, k = case
+    body = realtext.body_for(tokens, kind=kind, render_as=how, n=n, prompt_logprobs=k, seed=7)
+    kwargs = {"topk_prompt_logprobs": k} if k else {}
+    return body, kwargs, REFERENCE.decode(body, **kwargs)
+
+
+@pytest.mark.parametrize("case", realtext_params())
+def test_real_text_bodies_match_reference(decoder, case):
+    """Real text through a real tokenizer, in both renderings: every decoder, bit for bit."""
+    body, kwargs, want = realtext_case(case)
+    assert_same(decoder.decode(body, **kwargs), want)
 
 
 def test_reference_reads_generated_values_exactly():

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from impl.harness import load, presets, report
+from impl.harness import load, presets, procs, realtext, report
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("impl.server.cli") is None, reason="the server (impl.server) is absent"
@@ -100,6 +100,29 @@ def test_real_sdk_client_gets_every_token(poll):
         assert served.get("retrieve_future_try_again", 0) == 0
     else:
         assert served.get("retrieve_futures", 0) == 0 and served["retrieve_future_payload"] == 12
+
+
+def test_real_sdk_decodes_the_default_router_bodies():
+    """`hotpath router` with no flags (real mixed text, rendered as vLLM renders it) behind
+    `hotpath serve`: the unmodified Tinker SDK gets every sample, with the exact tokens."""
+    pytest.importorskip("tinker")
+    if realtext.unavailable_reason("mixed"):
+        pytest.skip(realtext.unavailable_reason("mixed"))
+    scenario = presets.Scenario(num_requests=8, max_tokens=600, num_samples=2, client_workers=1,
+                                timeout=120.0, router_body="mixed")  # fmt: skip
+    with procs.stopped_at_exit() as started:
+        router = procs.start_router([])
+        started.append(router)
+        server = procs.start_server(router.url)
+        started.append(server)
+        run = load.run_scenario(
+            scenario, label="default", url=server.url, router_url=router.url,
+            server_pid=server.pid, client="sdk", verify="exact", progress_bar=False,
+        )  # fmt: skip
+        served = procs.fetch_json(router.url + "/stats")
+    assert run["completed"] == 8, run["examples"]
+    assert run["failed"] == {} and run["tokens"] >= 8 * 600
+    assert served["served"] >= 8 and served["rendered"] >= 1
 
 
 def test_compare_poll_counts_requests_per_result(tmp_path, capsys):

@@ -6,6 +6,7 @@ every assertion is a count or a byte comparison (never a wall-clock threshold).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
@@ -16,7 +17,8 @@ import psutil
 import pytest
 
 from impl import registry
-from impl.harness import procs
+from impl.harness import procs, realtext
+from impl.harness import router as router_module
 from impl.harness.bodies import completion_body, generate
 
 
@@ -76,6 +78,45 @@ def test_bodies_are_the_generated_tokens_deterministically(router, body):
     for seq, choice in zip(completion.sequences, expected, strict=True):
         np.testing.assert_array_equal(seq.tokens, choice.tokens)
     assert r and procs.fetch_json(r.url + "/stats")["rendered"] == 2  # cached: 2 distinct keys
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [(), ("--body", "code", "--render", "orjson"), ("--body", "synthetic", "--render", "orjson")],
+    ids=["default", "code-orjson", "synthetic-orjson"],
+)
+def test_real_text_bodies_and_renderings(router, flags):
+    """No flags: real mixed text, rendered as vLLM renders (json); --body/--render pick the
+    kind and the rendering. The bytes are `realtext.answer`'s for the request."""
+    kind = flags[1] if flags else "mixed"
+    how = flags[3] if flags else "json"
+    if realtext.unavailable_reason(kind, how):
+        pytest.skip(realtext.unavailable_reason(kind, how))
+    r = router(*flags)
+    prompt = [1, 5, 6, 7]
+    [(status, body, headers)] = _post_many(r.url, [_request(prompt, n=2, max_tokens=300)])
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    assert body == realtext.answer(kind, how, prompt, n=2, max_tokens=300, seed=5)
+    completion = registry.create("decode", registry.reference("decode")).decode(body)
+    assert len(completion.sequences[0].tokens) == 300
+
+
+def test_body_bytes_alone_means_filler_and_a_missing_kind_is_refused(router, monkeypatch):
+    """--body-bytes without --body: filler JSON of that size (as before real-text bodies)."""
+    r = router("--body-bytes", "300")
+    [(status, body, _)] = _post_many(r.url, [b"not even json"])
+    assert status == 200 and len(body) == 300 and json.loads(body)
+    parser = argparse.ArgumentParser()
+    router_module.add_arguments(parser)
+    monkeypatch.setattr(realtext.vocab, "unavailable_reason", lambda: "no tokenizer: pip it")
+    args = parser.parse_args([])
+    assert (
+        router_module.resolve_body(args)
+        == "--body mixed unavailable (no tokenizer: pip it): synthetic"
+    )
+    assert args.body == "synthetic" and args.body_bytes == 256
+    with pytest.raises(SystemExit, match="--body code --render json: no tokenizer: pip it"):
+        router_module.resolve_body(parser.parse_args(["--body", "code"]))
 
 
 def test_prompt_logprobs_when_asked(router):

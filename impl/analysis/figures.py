@@ -183,7 +183,11 @@ def plot_decode(results: dict[str, Any]) -> Figure:
     data = [r for r in rows(results, "decode") if r.get("tokens") and r.get("seconds")]
     if not data:
         return _missing("decode", "no decode rows in these results")
-    kinds = sorted({r.get("body", "") for r in data}, key=lambda k: (k != "vllm", k))
+    data = [r for r in data if r.get("render", "json") == "json"]  # orjson: plot_decode_kinds
+    sizes_of = defaultdict(set)
+    for r in data:
+        sizes_of[r.get("body", "")].add(r["tokens"])
+    kinds = sorted((k for k in sizes_of if len(sizes_of[k]) > 1), key=lambda k: (k != "vllm", k))
     names = list(dict.fromkeys(r["implementation"] for r in data))
     colors = {name: f"C{i % 10}" for i, name in enumerate(names)}
     fig = Figure(figsize=(12.8, 4.2 * len(kinds)), layout="constrained")
@@ -207,6 +211,31 @@ def plot_decode(results: dict[str, Any]) -> Figure:
         left.set_title(f"decode time, {body} ({largest})", fontsize=10)
         right.set_title(f"decode throughput, {body}", fontsize=10)
         left.legend(fontsize=8)
+    _footer(fig, results, "decode")
+    return fig
+
+
+def plot_decode_kinds(results: dict[str, Any]) -> Figure:
+    """GB/s of every decoder on every body kind and rendering at the largest size (log scale)."""
+    data = [r for r in rows(results, "decode") if r.get("tokens") and r.get("seconds")]
+    largest = max((r["tokens"] for r in data), default=0)
+    data = [r for r in data if r["tokens"] == largest and r.get("body") != "minimal"]
+    if not data:
+        return _missing("decode by body kind", "no decode rows in these results")
+    bodies = list(dict.fromkeys(r["input"] for r in data))
+    names = list(dict.fromkeys(r["implementation"] for r in data))
+    fig, (ax,) = _figure(width=12.8, height=5.2)
+    for i, name in enumerate(names):
+        at = {r["input"]: r for r in data if r["implementation"] == name}
+        xs = [j for j, b in enumerate(bodies) if b in at and at[b].get("parity") is not False]
+        gbps = [at[bodies[j]]["size_bytes"] / at[bodies[j]]["seconds"] / 1e9 for j in xs]
+        ax.plot(xs, gbps, marker="o", label=name, color=f"C{i % 10}")
+    ax.set_xticks(range(len(bodies)), [b.removesuffix(f"-{largest}") for b in bodies])
+    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    ax.set(yscale="log", ylabel="GB/s of JSON (median)", xlabel=f"body at {largest:,} tokens")
+    ax.set_title("decode throughput per body kind and rendering (vllm = synthetic, json)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncols=2)
     _footer(fig, results, "decode")
     return fig
 

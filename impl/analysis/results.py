@@ -167,11 +167,12 @@ def _decode(rows: list[dict[str, Any]]) -> list[list[object]]:
     data = [r for r in rows if r.get("seconds") is not None and r.get("tokens")]
     names = _columns(data)
     out: list[list[object]] = [["body", *names]]
-    for key in dict.fromkeys((r["body"], r["tokens"], r["size_bytes"]) for r in data):
-        body, tokens, size = key
-        cells = {r["implementation"]: r for r in data if (r["body"], r["tokens"]) == key[:2]}
+    for key in dict.fromkeys((r["input"], r["size_bytes"]) for r in data):
+        cells = {r["implementation"]: r for r in data if r["input"] == key[0]}
+        row, size = next(iter(cells.values())), key[1]
         shown = f"{size / 1e3:.0f} KB" if size < 1e6 else f"{size / 1e6:.1f} MB"
-        label = f"{body}, {tokens} tokens ({shown})"
+        body = row["body"] + (f" ({row['render']})" if row.get("render", "json") != "json" else "")
+        label = f"{body}, {row['tokens']} tokens ({shown})"
         out.append([label, *(_time(cells.get(name)) for name in names)])
     memory = {r["implementation"]: r for r in rows if r.get("peak_memory_bytes")}
     if memory:

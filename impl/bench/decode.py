@@ -1,6 +1,6 @@
 """`hotpath bench` decode section: every decoder on seeded vLLM bodies, checked for parity.
 
-Per generated-token count and body kind: each implementation's median time, MB/s, ratio to the
+Per generated-token count and body: each implementation's median time, MB/s, ratio to the
 reference and to orjson, and parity (its Completion equals the reference's on the same body,
 bit for bit). `auto` is measured last, built from this run's measurements, and compared with
 the fastest. With `full`, peak memory of decoding the 262144-token vLLM body is measured per
@@ -8,9 +8,16 @@ implementation in a fresh subprocess (growth of the peak RSS, VmHWM, across the 
 C/C++ heaps such as simdjson's parser count too). The measurement rows feed `impl.pick` and
 `auto`; the medians stay in `LAST_SECONDS` for the encode section's comparison.
 
-Lengths: full = 4 token counts x 2 body kinds, 5 rounds; default = 128/32768/262144 x 2 kinds,
-5 rounds (3 when one call takes >= 0.1 s), no memory table; quick = 128 (both kinds) and the
-vLLM body at 32768 and 262144, 2 rounds (a call taking >= 0.1 s is timed once: the parity call).
+Bodies: the original two, `minimal` and `vllm` (= `synthetic` rendered as json; labels
+`minimal-N`, `vllm-N`), and the body kinds of `impl.harness.realtext` in both renderings
+(`KIND-RENDER-N`, e.g. `mixed-orjson-262144`). A kind that cannot be made here is left out with
+its install hint in the notes.
+
+Lengths: full = 4 token counts x every body, 5 rounds; default = 128/32768/262144 x the
+original two, every kind x rendering at 262144 and `mixed` in both at 128 and 32768, 5 rounds
+(3 when one call takes >= 0.1 s; one taking >= 0.25 s is timed once, by the parity call), no
+memory table; quick = 128 (minimal, vllm), vllm at 32768 and 262144 and `mixed` in both
+renderings at 262144, 2 rounds (a call taking >= 0.1 s is timed once: the parity call).
 """
 
 from __future__ import annotations
@@ -29,17 +36,35 @@ from impl import registry
 from impl.bench._common import Section
 from impl.decode import Completion, DecodeError
 from impl.decode.parity import same
-from impl.harness.bodies import body_for
+from impl.harness import realtext
 from impl.measure import DEFAULT_TOKENS, LARGEST_TOKENS, TOKENS, format_seconds, render_table
 
 FAMILY = "decode"
 KINDS = ("minimal", "vllm")
-FULL_INPUTS = tuple((n, kind) for n in TOKENS for kind in KINDS)
-INPUTS = tuple((n, kind) for n in DEFAULT_TOKENS for kind in KINDS)
-QUICK_INPUTS = ((128, "minimal"), *((n, "vllm") for n in DEFAULT_TOKENS))
+#: every kind x rendering but synthetic/json, which is the `vllm` body
+TEXT_BODIES = tuple(
+    (kind, how)
+    for kind in realtext.KINDS
+    for how in realtext.RENDERS
+    if (kind, how) != ("synthetic", "json")
+)
+_ORIGINAL = tuple((n, kind, "json") for n in TOKENS for kind in KINDS)
+FULL_INPUTS = _ORIGINAL + tuple((n, k, r) for n in TOKENS for k, r in TEXT_BODIES)
+INPUTS = (
+    tuple(row for row in _ORIGINAL if row[0] in DEFAULT_TOKENS)
+    + tuple((n, "mixed", how) for n in DEFAULT_TOKENS[:-1] for how in realtext.RENDERS)
+    + tuple((LARGEST_TOKENS, k, r) for k, r in TEXT_BODIES)
+)
+QUICK_INPUTS = (
+    (128, "minimal", "json"),
+    *((n, "vllm", "json") for n in DEFAULT_TOKENS),
+    *((LARGEST_TOKENS, "mixed", how) for how in realtext.RENDERS),
+)
 MEMORY_TOKENS = LARGEST_TOKENS
 #: A call at least this long is timed over fewer rounds (its timer noise is already small).
 SLOW_CALL = 0.1
+#: ... and one at least this long (a Python parser on a 20 MB body) by the parity call alone
+VERY_SLOW_CALL = 0.25
 #: label -> {implementation: median seconds} of the last `run` in this process.
 LAST_SECONDS: dict[str, dict[str, float]] = {}
 
@@ -54,8 +79,8 @@ def _time(
         first = time.perf_counter() - start
     except DecodeError:
         return float("nan"), float("nan"), None
-    if quick and first >= SLOW_CALL:  # quick: a slow call is timed once, the parity call itself
-        return first, first, result
+    if (quick and first >= SLOW_CALL) or (not full and first >= VERY_SLOW_CALL):
+        return first, first, result  # a slow call is timed once: the parity call itself
     number, rounds, min_time = 1, 2 if quick else 5, 0.01 if quick else 0.04
     while True:  # calls per round: enough for `min_time`, so small bodies are not all timer
         start = time.perf_counter()
@@ -144,9 +169,12 @@ def run(quick: bool, full: bool = False) -> Section:
     expected: dict[str, Completion | None] = {}
     all_bests: dict[str, dict[str, float]] = {}
     LAST_SECONDS.clear()
-    for tokens, kind in QUICK_INPUTS if quick else FULL_INPUTS if full else INPUTS:
-        body = body_for(tokens, kind=kind)
-        label = f"{kind}-{tokens}"
+    inputs, skipped = _runnable(QUICK_INPUTS if quick else FULL_INPUTS if full else INPUTS)
+    bodies: dict[str, tuple[int, str, str, bytes]] = {}
+    for tokens, kind, how in inputs:
+        body = realtext.body_for(tokens, kind=kind, render_as=how)
+        label = input_label(tokens, kind, how)
+        bodies[label] = (tokens, kind, how, body)
         print(f"  {label} ({len(body) / 1e6:.2f} MB)", file=sys.stderr, flush=True)
         times, bests, results = {}, {}, {}
         for name in names:
@@ -160,7 +188,7 @@ def run(quick: bool, full: bool = False) -> Section:
         measurements.append({"input": label, "size_bytes": len(body), "cost": cost})
         LAST_SECONDS[label] = cost
         for name in names:
-            row = _row(label, tokens, kind, len(body), name, times, parity[name], reference)
+            row = _row(label, tokens, kind, how, len(body), name, times, parity[name], reference)
             rows.append(_add_best(row, bests))
         all_bests[label] = bests
     # auto: built from this run's rows, then timed against the fastest in alternating rounds,
@@ -168,8 +196,7 @@ def run(quick: bool, full: bool = False) -> Section:
     auto = registry.create(FAMILY, "auto", rows=measurements)
     auto_rows = []
     for row in measurements:
-        kind, tokens = row["input"].split("-")[0], int(row["input"].split("-")[1])
-        body = body_for(tokens, kind=kind)
+        tokens, kind, how, body = bodies[row["input"]]
         fastest = min(row["cost"], key=row["cost"].get)
         median, best, result = _time(auto, body, quick, full)
         # Against the very object auto delegates to: the difference is the dispatch alone.
@@ -183,7 +210,9 @@ def run(quick: bool, full: bool = False) -> Section:
         dispatch /= 10000  # what auto adds to the call it delegates
         times = {**row["cost"], "auto": median}
         parity = result is not None and same(result, expected[row["input"]])
-        auto_row = _row(row["input"], tokens, kind, len(body), "auto", times, parity, reference)
+        auto_row = _row(
+            row["input"], tokens, kind, how, len(body), "auto", times, parity, reference
+        )
         rows.append(_add_best(auto_row, {**all_bests[row["input"]], "auto": best}))
         rows[-1]["auto_vs_fastest"] = ratio
         rows[-1]["auto_dispatch_seconds"] = dispatch
@@ -198,7 +227,7 @@ def run(quick: bool, full: bool = False) -> Section:
                 format_seconds(dispatch),
             ]
         )
-    memory_body = body_for(MEMORY_TOKENS, kind="vllm")
+    memory_body = realtext.body_for(MEMORY_TOKENS, kind="vllm")
     memory = peak_memory([*names, "auto"], memory_body) if full else {}
     for name, peak in memory.items():
         for row in rows:
@@ -228,8 +257,49 @@ def run(quick: bool, full: bool = False) -> Section:
         + _memory_table(memory, len(memory_body)),
         rows=rows,
         measurements=measurements,
-        notes=_notes(rows) + _method(quick, full),
+        notes=_notes(rows) + _kinds_note(rows, skipped) + _method(quick, full),
     )
+
+
+def input_label(tokens: int, kind: str, how: str) -> str:
+    """`minimal-N` / `vllm-N` for the original bodies (as recorded before), else KIND-RENDER-N."""
+    if kind in KINDS and how == "json":
+        return f"{kind}-{tokens}"
+    return f"{kind}-{how}-{tokens}"
+
+
+def _runnable(inputs: tuple) -> tuple[list[tuple[int, str, str]], dict[str, str]]:
+    """The inputs that can be made here, and {kind/render: why not} for the others."""
+    keep, skipped = [], {}
+    for tokens, kind, how in inputs:
+        reason = realtext.unavailable_reason(kind, how)
+        if reason is None:
+            keep.append((tokens, kind, how))
+        else:
+            skipped[f"{kind}/{how}"] = reason
+    return keep, skipped
+
+
+def _kinds_note(rows: list[dict[str, Any]], skipped: dict[str, str]) -> str:
+    """Per body at the largest size: the fastest decoder's GB/s and the spread over bodies."""
+    largest = [
+        r
+        for r in rows
+        if r["tokens"] == LARGEST_TOKENS and r["parity"] and r["implementation"] != "auto"
+        and r["body"] != "minimal"
+    ]  # fmt: skip
+    best: dict[str, dict[str, Any]] = {}
+    for r in largest:
+        if r["input"] not in best or r["seconds"] < best[r["input"]]["seconds"]:
+            best[r["input"]] = r
+    lines = [
+        f"{label}: {r['implementation']} {r['mb_per_s'] / 1e3:.2f} GB/s"
+        for label, r in sorted(best.items(), key=lambda item: -item[1]["mb_per_s"])
+    ]
+    out = f"\nFastest per body at {LARGEST_TOKENS} tokens (median): " + "; ".join(lines) + "."
+    if skipped:
+        out += "\nNot measured here: " + "; ".join(f"{k} ({v})" for k, v in skipped.items())
+    return out if lines or skipped else ""
 
 
 def _method(quick: bool, full: bool) -> str:
@@ -242,8 +312,9 @@ def _method(quick: bool, full: bool) -> str:
         )
     return (
         "\nMedian of 5 timed rounds per input after one warm-up/parity call (3 when one call "
-        f"takes >= {SLOW_CALL:g} s). `--full` adds 8192 tokens, 5 rounds everywhere and the "
-        "peak-memory table."
+        f"takes >= {SLOW_CALL:g} s; one taking >= {VERY_SLOW_CALL:g} s is timed once, by the "
+        "parity call). `--full` adds 8192 tokens, every body at every size, 5 rounds "
+        "everywhere and the peak-memory table."
     )
 
 
@@ -251,6 +322,7 @@ def _row(
     label: str,
     tokens: int,
     kind: str,
+    how: str,
     size: int,
     name: str,
     times: dict[str, float],
@@ -262,6 +334,7 @@ def _row(
         "input": label,
         "tokens": tokens,
         "body": kind,
+        "render": how,
         "size_bytes": size,
         "implementation": name,
         "seconds": seconds,

@@ -17,7 +17,8 @@ its payload once (at most `concurrency` fetches at once per client process, like
 Every HTTP request is counted by path (`requests` in the result). Every result is parsed from
 the SampleResponse wire bytes and checked: one sequence per sample, `max_tokens` tokens (choice
 0; others may stop early on EOS), logprobs as long as tokens, and with `verify="exact"` the very
-tokens `impl.harness.bodies.generate` makes for the (prompt, seed).
+tokens the router's body kind makes for the (prompt, seed)
+(`impl.harness.realtext.generated_tokens`).
 
 What a client process is told (`ClientConfig`), the prompt of each request index, how a
 SampleResponse is read and what a failed sample is are `impl.harness.workload`.
@@ -99,13 +100,13 @@ class ClientProcess(SdkCalls):
         config = self.config
         p = index % max(config.distinct_prompts, 1)
         if p not in self._expected:
-            from impl.harness.bodies import generate
+            from impl.harness.realtext import generated_tokens
 
             prompt, seed = prompt_for(index, config)
-            choices = generate(
-                prompt, n=config.num_samples, max_tokens=config.max_tokens, seed=seed
-            )
-            self._expected[p] = [c.tokens for c in choices]
+            self._expected[p] = generated_tokens(
+                config.router_body, prompt, n=config.num_samples, max_tokens=config.max_tokens,
+                seed=seed,
+            )  # fmt: skip
         return self._expected[p]
 
     async def one(self, index: int) -> None:

@@ -55,6 +55,7 @@ def client_configs(
             source_address=f"127.0.0.{2 + w}",
             warmup=warmup * max(1, scenario.router_workers),
             verify=verify,
+            router_body=scenario.router_body,
             poll=scenario.poll,
             nice=scenario.load_nice,
         )

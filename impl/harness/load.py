@@ -49,7 +49,12 @@ _SCENARIO_FLAGS = {
     "--timeout": ("timeout", float, "stop the run after this many seconds"),
     "--poll-timeout": ("poll_timeout", float, "client timeout of one retrieve_future poll"),
     "--router-mode": ("router_mode", str, "fake router mode: instant, barrier, latency"),
-    "--body": ("router_body", str, "fake router body: minimal or vllm"),
+    "--body": (
+        "router_body",
+        str,
+        "fake router body: minimal, synthetic (= vllm), prose, code, multilingual or mixed",
+    ),
+    "--render": ("router_render", str, "fake router rendering: json (as vLLM) or orjson"),
     "--router-workers": ("router_workers", int, "fake router processes sharing the port"),
     "--gen-seconds": ("gen_seconds", float, "latency mode: seconds per generation"),
     "--max-num-seqs": ("max_num_seqs", int, "latency mode: generations at once"),

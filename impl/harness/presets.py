@@ -34,7 +34,10 @@ class Scenario:
     #: seconds between /healthz probes (each on a fresh connection) and RSS samples
     healthz_interval: float = 0.5
     router_mode: str = "instant"
+    #: the router's --body: minimal, or a logprobs=1 kind (docs/vllm-body.md)
     router_body: str = "minimal"
+    #: the router's --render: json (as vLLM answers) or orjson
+    router_render: str = "json"
     router_workers: int = 1
     gen_seconds: float = 0.0
     max_num_seqs: int = 0
@@ -65,6 +68,8 @@ class Scenario:
     def router_args(self) -> list[str]:
         """`hotpath router` flags for this scenario (host and port are the caller's)."""
         args = ["--mode", self.router_mode, "--body", self.router_body]
+        if self.router_render != "json":
+            args += ["--render", self.router_render]
         if self.router_workers > 1:
             args += ["--workers", str(self.router_workers)]
         if self.router_mode == "delay":
@@ -99,12 +104,12 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             max_tokens=262144,
             max_outstanding=128,
             distinct_prompts=4,
-            router_body="vllm",
+            router_body="mixed",
             router_workers=2,
             concurrency=128,
             timeout=1800.0,
         ),
-        "512 results of 262k tokens, realistic logprobs=1 vLLM bodies (~20 MB each)",
+        "512 results of 262k tokens, logprobs=1 vLLM bodies of real mixed text (~21 MB each)",
     ),
     "probe-128x262k": (
         Scenario(
@@ -116,13 +121,13 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             distinct_prompts=4,
             router_mode="delay",
             delay=0.2,
-            router_body="vllm",
+            router_body="mixed",
             router_workers=2,
             healthz_interval=0.05,
             timeout=900.0,
         ),
-        "128 x 262k-token realistic vLLM bodies (~20 MB) answered after 0.2 s, 64 at a time, "
-        "/healthz on a fresh connection every 50 ms (a load balancer's probe)",
+        "128 x 262k-token vLLM bodies of real mixed text (~21 MB) answered after 0.2 s, 64 at a "
+        "time, /healthz on a fresh connection every 50 ms (a load balancer's probe)",
     ),
     "queue-32768": (
         Scenario(

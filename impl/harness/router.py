@@ -10,14 +10,19 @@
   in a free slot; the others wait in FIFO order (with `--workers N`, each worker process runs
   `max-num-seqs / N` slots).
 
-The answer: with `--body minimal|vllm`, a vLLM completion body for the request (see
-`impl.harness.bodies`: `minimal` = text, token_ids and token_logprobs; `vllm` = the realistic
-logprobs=1 body with tokens, top_logprobs and text_offset, prompt_logprobs when asked) with
-`max_tokens` tokens per choice, deterministic for (prompt, n, max_tokens, seed, prompt_logprobs)
-(a missing seed counts as 0), rendered once and cached (`--cache-mb` per worker). A malformed
+The answer: a vLLM completion body for the request (see docs/vllm-body.md) with `max_tokens`
+tokens per choice, deterministic for (prompt, n, max_tokens, seed, prompt_logprobs) (a missing
+seed counts as 0), rendered once and cached (`--cache-mb` per worker). `--body` picks the text:
+`mixed` (the default: real prose, code and multilingual text through a real tokenizer, see
+`impl.harness.realtext`), `prose`, `code`, `multilingual`, `synthetic` (= `vllm`: the fake
+ASCII vocabulary of `impl.harness.bodies`) or `minimal` (text, token_ids and token_logprobs
+only); every kind but `minimal` is the logprobs=1 body (tokens, top_logprobs, text_offset,
+prompt_logprobs when asked). `--render json` writes it as vLLM does (Starlette's JSONResponse),
+`--render orjson` as an ORJSONResponse server does (other number layout). Without the
+real-text extra the default falls back to `synthetic` and says so on stderr. A malformed
 request is refused as the router does: 400 for malformed JSON, 422 for a bad field (`logprobs`
-given as a boolean, no prompt). Without `--body`, `--body-bytes N` bytes of filler JSON
-(`application/json`; 0 = an empty body).
+given as a boolean, no prompt). `--body filler` (the default when only `--body-bytes N` is
+given) answers `--body-bytes` bytes of filler JSON (`application/json`; 0 = an empty body).
 
 `GET /stats` gives JSON `{served, in_flight, peak_in_flight, connections, peak_connections,
 faults, generating, peak_generating, rendered, injected: {kind: count}, workers}` (`?reset=1`
@@ -71,10 +76,12 @@ import random
 import signal
 import socket
 import struct
+import sys
 from typing import Any
 
 from aiohttp import web
 
+from impl.harness import realtext
 from impl.harness.router_bodies import BadRequest, Bodies, filler_body
 from impl.harness.router_stats import FAULTS, CountingServer, Stats
 
@@ -105,7 +112,9 @@ class Router:
         slots = max(1, args.max_num_seqs // max(1, args.workers))
         self._engine = asyncio.Semaphore(slots)
         budget = args.cache_mb << 20
-        self.bodies = Bodies(args.body, budget, stats) if args.body else None
+        self.bodies = None
+        if args.body != "filler":
+            self.bodies = Bodies(args.body, budget, stats, render=args.render)
         self._headers = {"X-Hotpath-Worker": str(worker)}
         self.server: CountingServer | None = None
 
@@ -318,10 +327,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-num-seqs", type=int, default=256, help="generations at once, --mode latency"
     )
     parser.add_argument(
-        "--body", choices=("minimal", "vllm"), default=None,
-        help="answer with a vLLM completion body of max_tokens tokens (default: filler JSON)",
+        "--body", choices=(*realtext.ROUTER_BODIES, "filler"), default=None,
+        help="the answer's text: mixed (default), prose, code, multilingual (real text, real "
+        "tokenizer), synthetic = vllm (fake vocabulary), minimal (no logprobs=1 fields), or "
+        "filler (--body-bytes of JSON; the default when only --body-bytes is given)",
     )  # fmt: skip
-    parser.add_argument("--body-bytes", type=int, default=256, help="filler JSON answer size")
+    parser.add_argument(
+        "--render", choices=realtext.RENDERS, default="json",
+        help="json: as vLLM answers (json.dumps); orjson: as an ORJSONResponse server answers",
+    )  # fmt: skip
+    parser.add_argument(
+        "--body-bytes", type=int, default=None, help="filler JSON answer size (default 256)"
+    )
     parser.add_argument("--cache-mb", type=int, default=1024, help="rendered-body cache per worker")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the port")
     parser.add_argument("--fail", default=None, help="random faults, e.g. 500:0.01,reset:0.01")
@@ -329,8 +346,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backlog", type=int, default=16384, help="listen backlog")
 
 
+DEFAULT_BODY = "mixed"
+
+
+def resolve_body(args: argparse.Namespace) -> str | None:
+    """Fill in `args.body` and `args.body_bytes`; a note for stderr when the default fell back.
+
+    No `--body`: filler when `--body-bytes` was given, else DEFAULT_BODY (or `synthetic` where
+    the real-text extra is missing). An explicit kind that cannot be made here is an error."""
+    note = None
+    if args.body is None:
+        args.body = "filler" if args.body_bytes is not None else DEFAULT_BODY
+        reason = None if args.body == "filler" else realtext.unavailable_reason(args.body)
+        if reason is not None:
+            args.body, note = (
+                "synthetic",
+                f"--body {DEFAULT_BODY} unavailable ({reason}): synthetic",
+            )
+    if args.body != "filler":
+        reason = realtext.unavailable_reason(args.body, args.render)
+        if reason is not None:
+            raise SystemExit(f"hotpath router: --body {args.body} --render {args.render}: {reason}")
+    if args.body_bytes is None:
+        args.body_bytes = 256
+    return note
+
+
 def run(args: argparse.Namespace) -> int:
     parse_faults(args.fail)
+    note = resolve_body(args)
+    if note:
+        print(f"hotpath router: {note}", file=sys.stderr, flush=True)
     if args.workers > 1:
         serve_workers(args)
     else:

@@ -3,7 +3,8 @@
 `Bodies.key` reads a completion request as the router does (400 for malformed JSON, 422 for a
 bad field) and reduces it to a 16-byte digest of (prompt, n, max_tokens, seed,
 prompt_logprobs); `Bodies.get` renders the body for it once (in a thread, however many ask at
-once; `impl.harness.bodies` makes the body) and keeps it in an LRU cache within a byte budget.
+once; `impl.harness.realtext.answer` makes the body of the router's `--body` and `--render`)
+and keeps it in an LRU cache within a byte budget.
 `filler_body` is the `--body-bytes N` answer: exactly N bytes of valid JSON.
 """
 
@@ -63,8 +64,8 @@ class Bodies:
     budget). The digest, not the prompt, is the key: a huge prompt is hashed once per request
     and held by no cache entry."""
 
-    def __init__(self, kind: str, budget_bytes: int, stats: Stats) -> None:
-        self.kind, self.budget, self.stats = kind, budget_bytes, stats
+    def __init__(self, kind: str, budget_bytes: int, stats: Stats, render: str = "json") -> None:
+        self.kind, self.render, self.budget, self.stats = kind, render, budget_bytes, stats
         self._cache: OrderedDict[bytes, Any] = OrderedDict()
         self._bytes = 0
 
@@ -121,8 +122,10 @@ class Bodies:
         return body
 
     def _render(self, request: tuple) -> bytes:
-        from impl.harness.bodies import completion_body, generate
+        from impl.harness.realtext import answer
 
         prompt, n, max_tokens, seed, plp = request
-        choices = generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
-        return completion_body(choices, kind=self.kind, prompt_tokens=prompt, prompt_logprobs=plp)
+        return answer(
+            self.kind, self.render, prompt, n=n, max_tokens=max_tokens, seed=seed,
+            prompt_logprobs=plp,
+        )  # fmt: skip

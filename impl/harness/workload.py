@@ -37,6 +37,8 @@ class ClientConfig:
     timeout: float = 600.0  # seconds after the start signal when the client process stops
     source_address: str | None = None
     verify: str = "count"  # "count" | "exact"
+    #: the router's --body, so that "exact" regenerates the tokens it served
+    router_body: str = "minimal"
     #: unmeasured samples per distinct prompt before the run (0: no warm-up)
     warmup: int = 1
     #: "auto" (what client/config says, as the SDK), "session" or "request"
