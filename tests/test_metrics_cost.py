@@ -31,7 +31,13 @@ def test_metrics_cost_little_server_cpu():
     assert full["ratio"] < 1.25, f"metrics cost {full['ratio']:.3f}x server CPU per sample"
     # The per-request ratios over HTTP (results["routes"]) are reported by the benchmark, not
     # asserted: a single cheap request's ratio swung from 0.98x to 1.54x between quiet runs.
-    # in process (no HTTP): the middleware's own cost on the cheapest request stays under 2x
-    for route, r in results["in_process"].items():
-        assert 1.0 < r["ratio"] < 2.0, f"{route} in process: {r['ratio']:.3f}x"
+    # in process (no HTTP): the metrics side counted every request it timed (its histogram's
+    # _count; asample also counts the one that made the poll's future), and the middleware's own
+    # cost on the cheapest request stays under 2x. No lower bound on the ratio: on a loaded
+    # machine the two sides' CPU times of a ~40 µs request crossed (0.91x in one run).
+    in_process = results["in_process"]
+    assert in_process["retrieve_future"]["counted"] == in_process["retrieve_future"]["timed"]
+    assert in_process["asample"]["counted"] == in_process["asample"]["timed"] + 1
+    for route, r in in_process.items():
+        assert r["ratio"] < 2.0, f"{route} in process: {r['ratio']:.3f}x"
     assert full["scrape_cpu_s"] > 0

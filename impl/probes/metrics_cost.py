@@ -268,11 +268,24 @@ async def _in_process(count: int, rounds: int) -> dict[str, Any]:
                     "no-metrics": statistics.median(samples[False]),
                 },
                 "ratio": statistics.median(ratios),
+                "timed": count * rounds,  # requests each side served in the timed rounds
+                "counted": _counted(sides[True][1], f"/api/v1/{route}"),
             }
     finally:
         for _app, _, context, _, _ in sides.values():
             await context.__aexit__(None, None, None)
     return results
+
+
+def _counted(state: Any, path: str) -> int:
+    """Requests to `path` the metrics side's request histogram counted (its /metrics body)."""
+    body, _ = state["server"].metrics.exposition(state["server"])
+    prefix = "hotpath_http_request_duration_seconds_count{"
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in body.decode().splitlines()
+        if line.startswith(prefix) and f'route="{path}"' in line
+    )
 
 
 def measure(quick: bool = False) -> dict[str, Any]:
