@@ -39,7 +39,7 @@ proto: $(STAMP)
 clean:
 	rm -rf $(VENV) .asv .benchmarks .pytest_cache
 
-# asv across commits, the pytest-benchmark quick loop, the CI regression gate (README: Benchmarks).
+# asv across commits, the pytest-benchmark quick loop, the CI regression gate (benchmarks/README.md, docs/ci.md).
 ASV := $(BIN)/python -m asv
 ASV_MACHINE ?= hotpath-ci
 N ?= 20

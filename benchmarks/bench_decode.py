@@ -9,7 +9,7 @@ stdlib-json reference decodes each body once per commit, not in every round.
 
 ROUNDS: one (asv's default is two processes per combination, interleaved). The 64 combinations
 took ~70 s a round here (each in a fresh process that builds its body and warms its decoder);
-one round keeps `make asv` within its per-commit budget (README: Benchmarks), at the price of
+one round keeps `make asv` within its per-commit budget (benchmarks/README.md), at the price of
 the dashboard's figure coming from one process, not two. The gate passes its own
 `-a rounds=4` for the combination it times. `DecodeKind` adds 110 combinations at 262144
 tokens: its body is generated once (~3 s here) and read from disk by the other processes

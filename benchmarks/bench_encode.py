@@ -4,7 +4,7 @@ Inputs are `impl.encode.samples.sized(tokens)`: one seeded sequence of `tokens` 
 from numpy arrays (no decoder involved). Params are the registry tables, not what is
 installed; an implementation that cannot run here raises NotImplementedError in setup (n/a).
 Both classes run one round (`rounds = 1`, one process per combination; asv's default is two),
-within `make asv`'s per-commit budget (README: Benchmarks); the gate passes `-a rounds=4` for
+within `make asv`'s per-commit budget (benchmarks/README.md); the gate passes `-a rounds=4` for
 the `Encode` combination it times.
 """
 

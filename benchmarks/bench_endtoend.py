@@ -10,7 +10,7 @@ failed a sample makes setup_cache raise: a server that drops results has no thro
 `SmallResults` runs the server with the implementations it picks on this machine;
 `SmallResultsBaseline` runs `hotpath serve --baseline` (the old path) for the dashboard's
 "before" line, in BASELINE_ROUNDS rounds: one, so that `make asv` on one commit stays within
-its budget (README: Benchmarks); its figure is one round's, not a median. The regression gate
+its budget (benchmarks/README.md); its figure is one round's, not a median. The regression gate
 runs only `SmallResults`.
 """
 

@@ -20,7 +20,7 @@ of `Forward`, CLIENT_BUDGET_SECONDS per fresh-process burst of `ClientCPU`). asv
 class's parameter combinations in order, smallest count first; a combination selected alone
 (the gate's) has no smaller count measured and always runs. The budgets are tighter than
 `hotpath bench`'s (20 s, `--full` 200 s), whose pool table is where the long bursts are
-measured: they keep `make asv` on one commit within its 10-minute budget (README: Benchmarks).
+measured: they keep `make asv` on one commit within its 10-minute budget (benchmarks/README.md).
 Both classes run one round (`rounds = 1`, one process per combination): a burst re-runs its
 router and warm-up in `setup` before every sample, so a second round doubles the cost; the
 gate passes its own `-a rounds=4` for the one `Forward` combination it times.

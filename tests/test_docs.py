@@ -41,13 +41,32 @@ def test_nothing_points_outside_the_repository():
     assert not found, found
 
 
-@pytest.mark.parametrize(
-    "doc", sorted([ROOT / "README.md", *ROOT.glob("docs/*.md")]), ids=lambda p: p.name
+#: every Markdown page a reader follows links from (top-level folders' READMEs included, not
+#: those that tools write into hidden folders such as .pytest_cache)
+PAGES = sorted(
+    {ROOT / "README.md", ROOT / "CHANGELOG.md", *ROOT.glob("docs/*.md")}
+    | {p for p in ROOT.glob("*/README.md") if not p.parent.name.startswith(".")}
 )
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lowercased, punctuation dropped, spaces -."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("doc", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(doc: Path):
-    targets = [m.group(1) for m in LINK.finditer(doc.read_text())]
-    missing = [t for t in targets if not (doc.parent / t).exists()]
+    """Every relative link names a file that exists, and a `#section` in a .md file it has."""
+    links = [(m.group(1), m.group(2)) for m in LINK.finditer(doc.read_text())]
+    missing = [t for t, _ in links if not (doc.parent / t).exists()]
     assert not missing, missing
+    dead = [
+        f"{t}{anchor}"
+        for t, anchor in links
+        if anchor and t.endswith(".md") and anchor[1:] not in _anchors(doc.parent / t)
+    ]
+    assert not dead, dead
 
 
 def test_docs_index_lists_every_page():

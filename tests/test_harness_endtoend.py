@@ -108,7 +108,7 @@ def test_real_sdk_decodes_the_default_router_bodies():
     pytest.importorskip("tinker")
     if realtext.unavailable_reason("mixed"):
         pytest.skip(realtext.unavailable_reason("mixed"))
-    scenario = presets.Scenario(num_requests=8, max_tokens=600, num_samples=2, client_workers=1,
+    scenario = presets.Scenario(num_requests=8, max_tokens=600, num_samples=2, client_processes=1,
                                 timeout=120.0, router_body="mixed")  # fmt: skip
     with procs.stopped_at_exit() as started:
         router = procs.start_router([])

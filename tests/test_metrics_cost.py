@@ -1,7 +1,7 @@
 """The metrics' cost claim, checked as ratios measured in one run (no wall-clock threshold):
 server CPU per sample and per cheap request with metrics on vs `--no-metrics`, side by side.
-The target is at most 1.05x (README, measured by `python -m impl.probes.metrics_cost`); on a
-shared noisy machine the test allows a generous margin and checks that both sides did the
+The target is at most 1.05x (docs/metrics.md, measured by `python -m impl.probes.metrics_cost`);
+on a shared noisy machine the test allows a generous margin and checks that both sides did the
 same, counted work.
 """
 

@@ -48,7 +48,7 @@ def test_one_group_runs_and_its_json_reads_as_rows(tmp_path):
 
 
 def test_perf_holds_only_the_benchmark_loop_and_probes_say_what_they_measure():
-    """perf/ is the pytest-benchmark loop alone; the one-off probes behind README figures live
+    """perf/ is the pytest-benchmark loop alone; the one-off probes behind the docs' figures live
     in impl/probes/, each with a docstring and runnable as `python -m impl.probes.NAME`."""
     import ast
 

@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 #: Printed last: where to go from the tables.
 LOOK_NEXT = (
-    'Where to look next: README "The main job" reads these tables; '
+    "Where to look next: docs/harness.md says what each section measures; "
     "`hotpath loadtest --preset NAME --compare baseline --report r.json` for one scenario's "
     "full table (`--profile profiles/NAME` for a py-spy profile); "
     "`hotpath bench --full` for every size and the peak-memory table; "

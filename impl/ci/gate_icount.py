@@ -3,7 +3,7 @@
 `impl.ci.gate` runs this stage after its time and CPU-time benchmarks: `asv run` of
 `bench_icount.InstructionCount.track_instructions` (every step of `impl.ci.icount_steps`) on
 BASE and HEAD, one fresh process per step and commit. A count does not vary between processes
-(README: the regression gate), so one run per commit decides and nothing is confirmed: a step
+(docs/ci.md), so one run per commit decides and nothing is confirmed: a step
 fails when HEAD's count is ICOUNT_FACTOR (1.05) times BASE's or more, or when it was counted
 on BASE and has no count on HEAD (the step broke).
 

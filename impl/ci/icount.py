@@ -23,8 +23,8 @@ Cache (opt-in: `HOTPATH_ICOUNT_CACHE=DIR`, set by `make gate-demo`): a count is 
 of everything it depends on (the step, the bytes of every file of the `impl` package counted,
 the interpreter, the installed distributions' versions, the implementations picked, the fixed
 environment and Valgrind's version), and a later count of the same key reads it back instead of
-counting again. Sound only because a count does not vary between processes (README: the
-regression gate, 8 processes per step); the command above never reads the cache.
+counting again. Sound only because a count does not vary between processes (docs/ci.md:
+instruction counts, 8 processes per step); the command above never reads the cache.
 """
 
 from __future__ import annotations

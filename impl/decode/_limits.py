@@ -7,7 +7,7 @@ simdjson stop at 1024 levels): brackets outside strings are counted, strings bei
 by their quotes once the quotes escaped by an odd run of backslashes are dropped. A body with
 no more brackets than the limit costs a few `find` steps; otherwise one `bytes.translate` pass,
 one nonzero pass and numpy over the structural bytes only (cost on the 262144-token vLLM body:
-see the README).
+see docs/decode.md).
 
 `may_hold_long_integer` is cheap and conservative: a run of more than MAX_INT_DIGITS digits
 must cover two consecutive bytes of a stride of MAX_INT_DIGITS // 2, so only those samples and

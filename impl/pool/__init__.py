@@ -72,5 +72,6 @@ IMPLEMENTATIONS: tuple[Entry, ...] = (
     Entry("pyreqwest", "impl.pool.pyreqwest", "pyreqwest (Rust reqwest)", ("pyreqwest",), "pool"),
 )
 
-#: By CPU per request measured here (README: pool), cheapest first; used when nothing is recorded.
+#: By CPU per request measured here (the README's pool table), cheapest first; used when nothing
+#: is recorded.
 PREFERENCE = ("pyreqwest", "pyqwest", "aiohttp", "httpx-aiohttp", "httpx2", "httpx")

@@ -1,22 +1,22 @@
-"""One-off probes: the scripts behind figures the README quotes, each run by hand.
+"""One-off probes: the scripts behind figures the docs quote, each run by hand.
 
 A probe measures one claim once, on the machine it runs on, and prints what it saw; it is not
 a benchmark (`benchmarks/`, `perf/`, `hotpath bench` track those across commits) and not a test
 (the tests assert the same claims as ratios or counts). Each runs as `python -m
-impl.probes.NAME`; its docstring says what it measures and how. The README section quoting it:
+impl.probes.NAME`; its docstring says what it measures and how. The page quoting it:
 
 - `gil_share`: the share of its solo rate a Python thread keeps while another decodes 20 MB
-  (decode: the GIL-free decoders);
+  (docs/decode.md);
 - `limits_decode_cost`: the CPU the decode contract's limit checks cost on the 262144-token
-  body (Limits and the error shape);
+  body (docs/decode.md: limits);
 - `limits_junk`: 16 concurrent 30 MiB junk requests, their statuses, the server's peak RSS
-  growth and a real sample afterwards (Limits and the error shape);
+  growth and a real sample afterwards (docs/server.md: limits and the error shape);
 - `router_huge_prompt`: the fake router's render latency before and after one 2M-token prompt
   (its body cache; no figure quoted now);
 - `metrics_cost`: server CPU per request with and without the Prometheus metrics, side by side
-  (Metrics);
-- `store_calls`: round trips and commands per result on the shared store, counted (The shared
-  store);
-- `offloop`: what handing a body to a decode process costs the event loop, per body size (Off
-  the event loop).
+  (docs/metrics.md);
+- `store_calls`: round trips and commands per result on the shared store, counted
+  (docs/shared-store.md);
+- `offloop`: what handing a body to a decode process costs the event loop, per body size
+  (docs/offloop.md).
 """
