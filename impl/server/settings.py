@@ -25,7 +25,9 @@ class Settings:
     host: str = _opt("127.0.0.1", "address to listen on")
     port: int = _opt(8000, "port to listen on (0: a free port, printed in the ready line)")
     router_url: str = _opt(
-        "http://127.0.0.1:8001", "base URL of the vLLM router; samples go to {URL}/v1/completions"
+        "http://127.0.0.1:8100",
+        "base URL of the vLLM router (`hotpath router`'s default); samples go to "
+        "{URL}/v1/completions",
     )
     baseline: bool = _opt(
         False,
