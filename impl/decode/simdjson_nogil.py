@@ -1,8 +1,8 @@
 """A compiled decoder that parses without the GIL: C++ over the system simdjson.
 
-`impl/decode/_simdjson_nogil.cpp` with its walk `_simdjson_nogil_walk.h` and the parts it
-shares with `onepass_nogil` (`_nogil_numbers.h`, `_nogil_body.h`, `_nogil_module.h`; built by
-`setup.py` with the project's install, against Debian's `libsimdjson-dev`)
+`impl/decode/_native/simdjson_nogil/` (`module.cpp`, its walk `walk.h`) with the parts it
+shares with `onepass_nogil` (`_native/common/`; built by `setup.py` with the project's install,
+against Debian's `libsimdjson-dev`)
 releases the GIL, runs simdjson's SIMD stage 1 over the body (UTF-8 validation, unescaped
 control characters, and an index of every structural byte, in a reused per-thread buffer),
 checks every backslash escape of the body in one memchr-driven sweep, then walks the index

@@ -7,7 +7,7 @@
 namespace nogil {
 
 // The body (with readable padding past its end: see each module's decode) and the limits; the
-// prompt and k are read by _nogil_body.h.
+// prompt and k are read by reader.h.
 struct Request {
   const uint8_t* body;
   size_t len;

@@ -1,9 +1,9 @@
-// impl.decode._onepass_nogil: the module (its Python side is _nogil_module.h). A vLLM completion
-// body -> the Completion's raw buffers, without the GIL, in one pass over the bytes
-// (_onepass_walk.h): no stage 1 and no index; the walk itself checks the JSON grammar of the
-// whole body, strings (escapes, control characters, UTF-8) included, and parses only the
-// numbers the Completion keeps (_nogil_body.h, _nogil_numbers.h). It accepts exactly what
-// _simdjson_nogil accepts and answers None (the reference decides) where that does.
+// impl.decode._onepass_nogil: the module (its Python side is common/module.h). A vLLM completion
+// body -> the Completion's raw buffers, without the GIL, in one pass over the bytes (walk.h):
+// no stage 1 and no index; the walk itself checks the JSON grammar of the whole body, strings
+// (escapes, control characters, UTF-8) included, and parses only the numbers the Completion
+// keeps (common/reader.h, common/floats.h). It accepts exactly what _simdjson_nogil accepts and
+// answers None (the reference decides) where that does.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "_onepass_walk.h"  // the Walker the Reader of _nogil_module.h walks with
-#include "_nogil_module.h"
+#include "../common/module.h"
+#include "walk.h"
 
 namespace {
 
@@ -37,7 +37,7 @@ bool decode(const Request& rq, Result& out) {
     buf = padded.data();
   }
   closers.resize(rq.max_depth + 2);
-  Reader walk{{buf, rq.len, rq, closers.data()}};
+  Reader<ByteWalker> walk{{buf, rq.len, rq, closers.data()}};
   walk.ws();
   return walk.body(out);
 }
@@ -64,9 +64,9 @@ PyObject* onepass_module(const char* name, const char* target) {
 
 }  // namespace
 
-#if defined(HOTPATH_AVX2_BUILD)  // _onepass_nogil_avx2.cpp
+#if defined(HOTPATH_AVX2_BUILD)  // module_avx2.cpp
 #if !defined(__AVX2__) || !defined(__BMI2__) || !defined(__PCLMUL__)
-#error "_onepass_nogil_avx2.cpp is built with -march=x86-64-v3 -mpclmul (setup.py passes them)"
+#error "onepass_nogil/module_avx2.cpp is built with -march=x86-64-v3 -mpclmul (setup.py passes them)"
 #endif
 PyMODINIT_FUNC PyInit__onepass_nogil_avx2() {
   return onepass_module("_onepass_nogil_avx2", "avx2");

@@ -1,6 +1,7 @@
-// impl.decode's compiled decoders: the Python side, shared by _simdjson_nogil.cpp and
-// _onepass_nogil.cpp. Each module defines `bool decode(const Request&, Result&)` (run without
-// the GIL) and includes this file, then creates its module with `create_module`.
+// impl.decode's compiled decoders: the Python side, shared by simdjson_nogil/module.cpp and
+// onepass_nogil/module.cpp. Each module includes this file, defines `bool decode(const Request&,
+// Result&)` (run without the GIL: its walk under a `Reader`) and creates its module with
+// `create_module`.
 //
 // decode(body: bytes, prompt_tokens: bytes | None, k: int, max_depth: int, max_int_digits: int)
 //   -> None when the fast path cannot vouch for the body (the caller asks the reference), or
@@ -16,7 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "_nogil_body.h"
+#include "floats.h"
+#include "reader.h"
+#include "shapes.h"
 
 namespace {
 

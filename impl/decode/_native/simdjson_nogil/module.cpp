@@ -1,10 +1,10 @@
-// impl.decode._simdjson_nogil: the module (its Python side is _nogil_module.h). A vLLM completion
+// impl.decode._simdjson_nogil: the module (its Python side is common/module.h). A vLLM completion
 // body -> the Completion's raw buffers, without the GIL: simdjson's SIMD stage 1 (the system
 // libsimdjson, runtime-dispatched to the best kernel of this CPU) indexes every structural byte,
 // validates UTF-8 and rejects unescaped control characters in strings; one memchr-driven sweep
-// checks every backslash escape (_nogil_numbers.h); the walk over the index
-// (_simdjson_nogil_walk.h, _nogil_body.h) then checks the JSON grammar of the whole body and parses
-// only the numbers the Completion keeps.
+// checks every backslash escape (common/escapes.h); the walk over the index (walk.h, read by
+// common/reader.h) then checks the JSON grammar of the whole body and parses only the numbers
+// the Completion keeps.
 //
 // Everything between the stage 1 call and the copies into bytearrays runs with the GIL released.
 // The walk validates every value it skips exactly as Python's json module would accept it (number
@@ -26,8 +26,9 @@
 #include <memory>
 #include <vector>
 
-#include "_simdjson_nogil_walk.h"  // the Walker the Reader of _nogil_module.h walks with
-#include "_nogil_module.h"
+#include "../common/escapes.h"
+#include "../common/module.h"
+#include "walk.h"
 
 namespace {
 
@@ -66,7 +67,7 @@ bool decode(const Request& rq, Result& out) {
   uint32_t* idx = stage1->structural_indexes.get();
   size_t n_idx = stage1->n_structural_indexes;
   idx[n_idx] = idx[n_idx + 1] = static_cast<uint32_t>(rq.len);
-  Reader walk{{buf, rq.len, idx, n_idx, rq, closers.data()}};
+  Reader<IndexWalker> walk{{buf, rq.len, idx, n_idx, rq, closers.data()}};
   return walk.body(out);
 }
 

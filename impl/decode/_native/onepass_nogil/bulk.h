@@ -1,6 +1,6 @@
 // impl.decode._onepass_nogil's bulk checks: array elements checked 64 bytes at a time.
 //
-// Without a structural index each token's end depends on the token before (_onepass_walk.h),
+// Without a structural index each token's end depends on the token before (walk.h),
 // a chain the CPU cannot run ahead on. Long regular arrays break it here: each 64-byte block
 // becomes bit masks of byte classes (`Block`: two AVX2 or four SSE2 vectors), and the grammar
 // of the elements is checked as relations between the masks. `naturals` and `plain_strings`
@@ -12,12 +12,13 @@
 //
 // Reads: 64 bytes from each block start, which is at or before the array's end (a byte no
 // check accepts); logprob_runs starts 32 bytes or more into the body, since the logprob
-// readers load the 32 bytes before a number (_nogil_numbers.h).
+// readers load the 32 bytes before a number (common/floats.h).
 #pragma once
 
 #include <cstdint>
 
-#include "_nogil_numbers.h"
+#include "../common/bytes.h"
+#include "../common/shapes.h"
 #if defined(__AVX2__) || defined(__PCLMUL__)
 #include <immintrin.h>
 #endif
