@@ -176,6 +176,49 @@ def test_numbers_near_the_logprob_form(array, where, compiled):
     assert answered >= 10  # the fast path itself answered the valid ones
 
 
+def _logprob_array_body(elements: list[bytes], kept: bool) -> bytes:
+    """A one-choice body whose kept `token_logprobs` (or, `kept=False`, a skipped array in
+    `usage`) holds `elements` as written."""
+    array = b"[" + b",".join(elements) + b"]"
+    ids = b",".join(b"%d" % (100 + i) for i in range(len(elements)))
+    kept_lps = array if kept else b"null"
+    return (
+        b'{"id":"cmpl-1","choices":[{"index":0,"text":"x","logprobs":{"token_logprobs":%s},'
+        b'"finish_reason":"length","token_ids":[%s]}],"usage":{"x":%s}}'
+        % (kept_lps, ids, b"[]" if kept else array)
+    )
+
+
+def _elements_spanning(length: int) -> list[bytes]:
+    """Logprobs in vLLM's form (-0.d, 1 to 16 digits: read by the bulk check) that take exactly
+    `length` (>= 5) bytes with a comma after each."""
+    out = []
+    while length > 20:
+        out.append(b"-0." + b"3" * 16)
+        length -= 20
+    return [*out, b"-0." + b"7" * (length - 4)]
+
+
+@pytest.mark.parametrize("bad", [b"-", b"", b"-.", b"1.", b"-1e", b"01"], ids=repr)
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "skipped"])
+def test_malformed_number_at_every_64_byte_block_offset(bad, kept, compiled):
+    """A malformed element (a lone `-` or empty ones included) of a logprob array that the bulk
+    check reads 64 bytes a block, its closing comma at every offset of a block (the first
+    element's length shifts it): never answered, DecodeError like the reference. (Issue 27: a
+    lone `-` or an empty element whose comma was a block's last byte was read as -0.0 or 0.0,
+    the check that rejects it carried into the next block after the element was taken.)"""
+    for offset in range(64, 128):  # where the malformed element starts in the array
+        elements = [*_elements_spanning(offset), bad] + [b"-1.5e-05"] * 40
+        case = _logprob_array_body(elements, kept)
+        with pytest.raises(ValueError):
+            json.loads(case)
+        assert compiled.fast_path(case) is None, (offset, bad)
+        with pytest.raises(DecodeError):
+            compiled.decoder.decode(case)
+    good = _logprob_array_body([b"-0.5", b"-0.25", b"-1.5e-05"] * 30, kept)
+    assert compiled.fast_path(good) is not None  # the shape itself is answered
+
+
 # top_logprobs elements in, near and just outside the flat-object form the bulk check takes
 NEAR_FLAT_OBJECTS = [b"{:-1.5}", b'{"a"-1.5}', b'{"a":-1.5,}', b'{"a":-1.5"b":-2.5}', b'{"a"}']
 NEAR_FLAT_OBJECTS += [b'{"a":-1.5,"b"}', b'{,"a":-1.5}', b'{"a":-1.5}{"b":-1.5}', b'{"a":-1.5}}']

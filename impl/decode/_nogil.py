@@ -16,7 +16,7 @@ import numpy as np
 from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, Completion, Sequence, TopK
 from impl.decode._common import as_bytes, reference
 
-API_VERSION = 4  # the extensions' API_VERSION this wrapper speaks (_native/common/module.h)
+API_VERSION = 5  # the extensions' API_VERSION this wrapper speaks (_native/common/module.h)
 
 _BOM = b"\xef\xbb\xbf"
 _MAX_K = 1 << 16  # a larger top-k is left to the reference (it allocates n x k either way)

@@ -132,7 +132,7 @@ PyObject* create_module(PyModuleDef& def, const char* name, const char* doc) {
 #define HOTPATH_STR(x) #x
 #define HOTPATH_XSTR(x) HOTPATH_STR(x)
   if (PyModule_AddStringConstant(m, "SIMDJSON_VERSION", HOTPATH_XSTR(SIMDJSON_VERSION)) < 0 ||
-      PyModule_AddIntConstant(m, "API_VERSION", 4) < 0) {
+      PyModule_AddIntConstant(m, "API_VERSION", 5) < 0) {
     Py_DECREF(m);
     return nullptr;
   }
