@@ -11,9 +11,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# setup.py builds the optional C++ decoders (impl/decode/_native/: their sources and headers)
-# during the install.
-$(STAMP): pyproject.toml setup.py $(wildcard impl/decode/_native/*/*.cpp impl/decode/_native/*/*.h) | $(BIN)/python
+# setup.py builds the optional C++ decoders (impl/decode/_native/: their sources, headers and
+# the table generator) during the install.
+NATIVE := $(wildcard impl/decode/_native/*.py impl/decode/_native/*/*.cpp impl/decode/_native/*/*.h)
+$(STAMP): pyproject.toml setup.py $(NATIVE) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 

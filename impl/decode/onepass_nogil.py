@@ -2,15 +2,16 @@
 
 `impl/decode/_native/onepass_nogil/` (`module.cpp`, its walk `walk.h`, bulk checks in `bulk.h`)
 with the parts it shares with `simdjson_nogil` (`_native/common/`: the body reader, number
-shapes, float reading, escapes, the Python module; built by `setup.py` with the project's
-install, against Debian's `libsimdjson-dev`) releases the GIL and reads the
+shapes, float reading, escapes, UTF-8, the Python module; built by `setup.py` with the project's
+install, from the project's own files alone) releases the GIL and reads the
 body once, byte by byte where it must and 16 or 64 bytes at a time where it can: the same
 grammar walk as `simdjson_nogil` (every skipped value validated as Python's json would accept
 it, MAX_DEPTH and MAX_INT_DIGITS included; only `token_ids`, `token_logprobs` and prompt
 logprobs parsed), but with no simdjson stage 1 in front of it. Strings are scanned for their
-closing quote 16 bytes a step (escapes and control characters checked on the way, UTF-8 by
-simdjson's validator only in a string with a non-ASCII byte); a number ends at the first byte
-JSON can follow it with, and its grammar is checked from the same two loads.
+closing quote 16 bytes a step (escapes and control characters checked on the way, UTF-8 only
+in a string with a non-ASCII byte: a short one byte by byte, a long one 16 or 32 bytes a
+step); a number ends at the first byte JSON can follow it with, and its grammar is checked
+from the same two loads.
 
 Why it is faster than `simdjson_nogil` on long bodies: stage 1 writes a 4-byte index entry for
 each of the ~3.9 M structural bytes of a 262144-token body, and the walk reads them back; that

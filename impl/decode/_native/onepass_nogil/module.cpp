@@ -7,7 +7,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <unistd.h>
 
 #include <cstdint>
 #include <vector>
@@ -17,25 +16,12 @@
 
 namespace {
 
-constexpr size_t kPadding = 64;  // the walk reads up to this many bytes past a position <= len
-
-size_t page_size() {
-  static const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return size;
-}
-
 bool decode(const Request& rq, Result& out) {
   thread_local std::vector<uint8_t> padded, closers;
-  // A bytes object ends with a NUL, which no rule accepts; the bytes after it are read but
-  // never decide anything. The body is copied (NUL-padded) only when those reads would cross
-  // into the next page.
-  const uint8_t* buf = rq.body;
-  uintptr_t last = reinterpret_cast<uintptr_t>(buf + rq.len - 1);
-  if (last % page_size() + kPadding >= page_size()) {
-    padded.assign(buf, buf + rq.len);
-    padded.resize(rq.len + kPadding, 0);
-    buf = padded.data();
-  }
+  // The walk reads up to kPadding bytes past a position at or before the end. The byte at the
+  // end is a NUL (of the bytes object, or of the copy), which no rule accepts; the bytes after
+  // it are read but never decide anything.
+  const uint8_t* buf = readable_body(rq, 0, padded);
   closers.resize(rq.max_depth + 2);
   Reader<ByteWalker> walk{{buf, rq.len, rq, closers.data()}};
   walk.ws();
