@@ -62,28 +62,31 @@ def outcome(decoder: Decoder, case: Case) -> Completion | BaseException | None:
 
 def compare(
     case: Case, reference: Decoder, decoders: Mapping[str, Decoder]
-) -> tuple[Completion | BaseException, str | None]:
-    """The reference's outcome of `case`, and the first decoder that does not answer it the
-    same way, and how (None when every one does)."""
+) -> tuple[bool, str | None]:
+    """Whether any decoder answered `case` itself (rather than handing it to the reference),
+    and the first one that does not answer it as the reference does, and how (None when every
+    one does). The reference runs only when one answered: a body every fast path hands over
+    is the reference's to decide, so nothing can differ."""
+    got = {name: outcome(decoder, case) for name, decoder in decoders.items()}
+    answered = {name: value for name, value in got.items() if value is not None}
+    if not answered:
+        return False, None
     try:
         want: Completion | BaseException = reference.decode(case.body, topk_prompt_logprobs=case.k)
     except Exception as exc:
         want = exc
     if not isinstance(want, Completion | DecodeError):
-        return want, f"the reference raised {type(want).__name__}: {want}"
-    for name, decoder in decoders.items():
-        got = outcome(decoder, case)
-        if got is None:  # handed to the reference
-            continue
+        return True, f"the reference raised {type(want).__name__}: {want}"
+    for name, value in answered.items():
         if isinstance(want, DecodeError):
-            if not isinstance(got, DecodeError):
-                answer = "an answer" if isinstance(got, Completion) else type(got).__name__
-                return want, f"{name}: {answer} where the reference raises DecodeError ({want})"
-        elif not isinstance(got, Completion):
-            return want, f"{name}: {type(got).__name__} ({got}) where the reference answers"
-        elif (found := parity.difference(got, want)) is not None:
-            return want, f"{name}: {found}"
-    return want, None
+            if not isinstance(value, DecodeError):
+                answer = "an answer" if isinstance(value, Completion) else type(value).__name__
+                return True, f"{name}: {answer} where the reference raises DecodeError ({want})"
+        elif not isinstance(value, Completion):
+            return True, f"{name}: {type(value).__name__} ({value}) where the reference answers"
+        elif (found := parity.difference(value, want)) is not None:
+            return True, f"{name}: {found}"
+    return True, None
 
 
 def disagreement(case: Case, reference: Decoder, decoders: Mapping[str, Decoder]) -> str | None:

@@ -22,7 +22,6 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from impl import registry
-from impl.decode import DecodeError
 from impl.decode.fuzz import (
     COMPILED,
     REGRESSIONS,
@@ -54,18 +53,18 @@ def _cases(seed: int, batch: int, size: int):
 
 
 def _run_batch(seed: int, batch: int, size: int) -> tuple[int, int, list[tuple[Case, str]]]:
-    """(cases run, cases the reference rejected, [(shrunk case, what disagreed)])."""
+    """(cases run, cases some decoder answered itself, [(shrunk case, what disagreed)])."""
     reference, decoders = _STATE["reference"], _STATE["decoders"]
-    rejected, found = 0, []
+    answered, found = 0, []
     for case in _cases(seed, batch, size):
-        want, what = compare(case, reference, decoders)
-        rejected += isinstance(want, DecodeError)
+        some, what = compare(case, reference, decoders)
+        answered += some
         if what is not None:
             if len(found) < _SHRUNK_PER_BATCH:  # a bug found often: shrink a few, count all
                 case = minimize(case, lambda c: disagreement(c, reference, decoders) is not None)
                 what = disagreement(case, reference, decoders) or what
             found.append((case, what))
-    return size, rejected, found
+    return size, answered, found
 
 
 _SHRUNK_PER_BATCH = 2
@@ -132,7 +131,7 @@ def fuzz(args: argparse.Namespace) -> int:
     )
     started = time.monotonic()
     deadline = started + args.seconds
-    ran = rejected = disagreements = crashes = batch = 0
+    ran = answered = disagreements = crashes = batch = 0
     last_report = started
 
     def more() -> bool:  # another batch wanted?
@@ -153,8 +152,8 @@ def fuzz(args: argparse.Namespace) -> int:
                     done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                     for future in done:
                         in_flight.pop(future)
-                        count, refused, found = future.result()
-                        ran, rejected = ran + count, rejected + refused
+                        count, some, found = future.result()
+                        ran, answered = ran + count, answered + some
                         for case, what in found:
                             disagreements += 1
                             if disagreements <= args.keep:
@@ -175,14 +174,14 @@ def fuzz(args: argparse.Namespace) -> int:
         "seed": seed,
         "cases": ran,
         "seconds": round(seconds, 1),
-        "rejected_by_reference": rejected,
+        "answered_by_a_fast_path": answered,
         "disagreements": disagreements,
         "crashes": crashes,
         "decoders": names,
     }
     print(
         f"fuzz: {ran:,} cases in {seconds:.0f} s ({ran / max(seconds, 1e-9):,.0f}/s), "
-        f"{rejected / max(ran, 1):.0%} rejected by the reference, "
+        f"{answered / max(ran, 1):.0%} answered by a fast path (the rest handed over), "
         f"{disagreements} disagreements, {crashes} crashes",
         flush=True,
     )
