@@ -134,8 +134,8 @@ IMPLEMENTATIONS: tuple[Entry, ...] = (
         "impl.decode.onepass_nogil_avx2",
         "onepass_nogil compiled for AVX2 (x86-64-v3 + PCLMUL), imported only where the CPU has it",
         ("impl.decode.onepass_nogil_avx2",),  # checks the CPU, then imports the extension
-        hint="needs an x86-64 CPU with AVX2, BMI2, LZCNT and PCLMUL and a C++ compiler "
-        "(Debian/Ubuntu: apt-get install g++, then make install); onepass_nogil runs without them",
+        hint="a C++ compiler (Debian/Ubuntu: apt-get install g++, then make install), on an x86-64 "
+        "CPU with AVX2, BMI2, LZCNT and PCLMUL; onepass_nogil runs without them",
     ),
     Entry("auto", "impl.decode.auto", "per body size, the decoder measured fastest here"),
 )
