@@ -11,9 +11,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# setup.py builds the optional C++ decoders (impl/decode/_*.cpp and their headers) during
-# the install.
-$(STAMP): pyproject.toml setup.py $(wildcard impl/decode/_*.cpp impl/decode/_*.h) | $(BIN)/python
+# setup.py builds the optional C++ decoders (impl/decode/_native/: their sources, headers and
+# the table generator) during the install.
+NATIVE := $(wildcard impl/decode/_native/*.py impl/decode/_native/*/*.cpp impl/decode/_native/*/*.h)
+$(STAMP): pyproject.toml setup.py $(NATIVE) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
@@ -37,7 +38,18 @@ proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. impl/encode/sample.proto
 
 clean:
-	rm -rf $(VENV) .asv .benchmarks .pytest_cache
+	rm -rf $(VENV) .asv .benchmarks .pytest_cache .sanitize
+
+# The compiled decoders' own checks (docs/native.md): the differential fuzzer for SECONDS, and
+# a build with ASan and UBSan (in .sanitize/) running their tests and SECONDS of the fuzzer.
+SECONDS ?= 60
+.PHONY: fuzz sanitize
+
+fuzz: $(STAMP)
+	$(BIN)/python -m impl.decode.fuzz --seconds $(SECONDS) $(ARGS)
+
+sanitize: $(STAMP)
+	$(BIN)/python -m impl.ci.sanitize --seconds $(SECONDS) $(ARGS)
 
 # asv across commits, the pytest-benchmark quick loop, the CI regression gate (benchmarks/README.md, docs/ci.md).
 ASV := $(BIN)/python -m asv

@@ -1,43 +1,91 @@
 """The optional compiled decoders: `impl.decode._simdjson_nogil`, `impl.decode._onepass_nogil`
 and its AVX2 build `impl.decode._onepass_nogil_avx2`.
 
-Everything else about the package is in pyproject.toml. All are C++, share their headers and
-need g++ and simdjson's headers and library (Debian/Ubuntu: `apt-get install g++
-libsimdjson-dev`). Without them the build prints a warning and the install goes on
-(`optional=True`); the decoders are then reported unavailable with that hint and skipped by the
-tests and benchmarks. The AVX2 build is compiled on any x86-64 machine (g++ targets the
-instruction set, the build machine need not have it) and imported only on a CPU that has it.
+Everything else about the package is in pyproject.toml. All are C++ from `impl/decode/_native/`
+(`common/`: what both walks share; `simdjson_nogil/`, `onepass_nogil/`: each decoder's walk and
+module) and need only a C++17 compiler (g++): no system library. The Eisel-Lemire table is
+written at build time by `_native/powers_of_five.py`; `_simdjson_nogil` compiles simdjson's own
+sources (`simdjson.h`, `simdjson.cpp`), which the pysimdjson package ships and pyproject.toml
+names as a build requirement, so pip fetches them with the build. Without a compiler the build
+prints a warning and the install goes on (`optional=True`); the decoders are then reported
+unavailable with the install hint and skipped by the tests and benchmarks. The AVX2 build is
+compiled on any x86-64 machine (g++ targets the instruction set, the build machine need not
+have it) and imported only on a CPU that has it.
+
+Compiler flags from the environment are added as usual (`CFLAGS`, `LDFLAGS`): `make sanitize`
+builds with `-fsanitize=address,undefined` that way (docs/native.md).
 """
 
+import importlib.util
+import os
 import platform
+import sys
+from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
-HEADERS = [
-    "impl/decode/_nogil_request.h",
-    "impl/decode/_nogil_numbers.h",
-    "impl/decode/_nogil_body.h",
-    "impl/decode/_nogil_module.h",
-]
+NATIVE = Path("impl/decode/_native")
+COMMON = sorted(str(path) for path in (NATIVE / "common").glob("*.h"))
+POWERS = NATIVE / "powers_of_five.py"
+
+
+def simdjson_sources() -> Path | None:
+    """The folder with simdjson's amalgamated `simdjson.h` and `simdjson.cpp`: the pysimdjson
+    package the build runs with (pyproject.toml's build requirement), or None."""
+    spec = importlib.util.find_spec("simdjson")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(folder) / "simdjson.h").is_file() and (Path(folder) / "simdjson.cpp").is_file():
+            return Path(folder)
+    return None
 
 
 def compiled_decoder(
-    name: str, walk: tuple[str, ...], *, flags: tuple[str, ...] = (), base: str = ""
+    name: str, source: str, *, flags: tuple[str, ...] = (), simdjson: Path | None = None
 ) -> Extension:
-    """The extension `name` from impl/decode/{name}.cpp (which includes `base`'s .cpp, if set)
-    over the walk in the `walk` headers."""
-    depends = [*HEADERS, *(f"impl/decode/{header}" for header in walk)]
-    if base:
-        depends.append(f"impl/decode/{base}.cpp")
+    """The extension `impl.decode._{name}` from `_native/{source}`, rebuilt when any header of
+    its folder or of common/ changes; with `simdjson` (a folder), simdjson's sources too."""
+    folder = NATIVE / Path(source).parent
+    depends = [*COMMON, str(POWERS), *(str(path) for path in sorted(folder.glob("*.h")))]
+    depends += [
+        str(path) for path in sorted(folder.glob("*.cpp")) if path.name != Path(source).name
+    ]
+    sources = [str(NATIVE / source)]
+    include_dirs = []
+    if simdjson is not None:
+        sources.append(str(simdjson / "simdjson.cpp"))
+        include_dirs.append(str(simdjson))
+        depends.append(str(simdjson / "simdjson.h"))
     return Extension(
-        f"impl.decode.{name}",
-        sources=[f"impl/decode/{name}.cpp"],
+        f"impl.decode._{name}",
+        sources=sources,
         depends=depends,
-        libraries=["simdjson"],
+        include_dirs=include_dirs,
         language="c++",
         extra_compile_args=["-std=c++17", "-O3", *flags],
         optional=True,
     )
+
+
+class BuildNative(build_ext):
+    """build_ext that writes the generated header first and builds the extensions side by side."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:  # one compiler per core: simdjson.cpp alone takes ~15 s
+            self.parallel = os.cpu_count() or 1
+
+    def build_extensions(self) -> None:
+        sys.path.insert(0, str(POWERS.parent))
+        try:
+            import powers_of_five
+        finally:
+            sys.path.pop(0)
+        generated = Path(self.build_temp) / "generated"
+        powers_of_five.write(generated / "powers_of_five.h")
+        for extension in self.extensions:
+            extension.include_dirs.append(str(generated))
+        super().build_extensions()
 
 
 # x86-64-v3 (AVX2, BMI1/2, LZCNT) and PCLMUL for the onepass walk's 32-byte vectors and
@@ -45,15 +93,23 @@ def compiled_decoder(
 AVX2 = ("-march=x86-64-v3", "-mpclmul")
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 
-
-ONEPASS = ("_onepass_walk.h", "_onepass_bulk.h")
-EXTENSIONS = [
-    compiled_decoder("_simdjson_nogil", ("_simdjson_nogil_walk.h",)),
-    compiled_decoder("_onepass_nogil", ONEPASS),
-]
+EXTENSIONS = []
+SIMDJSON = simdjson_sources()
+if SIMDJSON is not None:  # first: the longest to build (simdjson.cpp), started first
+    EXTENSIONS.append(
+        compiled_decoder("simdjson_nogil", "simdjson_nogil/module.cpp", simdjson=SIMDJSON)
+    )
+else:
+    print(
+        "warning: simdjson's sources (the pysimdjson package) are not importable here, so "
+        "impl.decode._simdjson_nogil is not built: install with pip's build isolation "
+        "(pip install -e .), or pip install pysimdjson first",
+        file=sys.stderr,
+    )
+EXTENSIONS.append(compiled_decoder("onepass_nogil", "onepass_nogil/module.cpp"))
 if X86_64:
     EXTENSIONS.append(
-        compiled_decoder("_onepass_nogil_avx2", ONEPASS, flags=AVX2, base="_onepass_nogil")
+        compiled_decoder("onepass_nogil_avx2", "onepass_nogil/module_avx2.cpp", flags=AVX2)
     )
 
-setup(ext_modules=EXTENSIONS)
+setup(ext_modules=EXTENSIONS, cmdclass={"build_ext": BuildNative})

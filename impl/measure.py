@@ -58,7 +58,7 @@ def environment() -> dict[str, Any]:
     for dist in _VERSIONED:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[dist] = importlib.metadata.version(dist)
-    with contextlib.suppress(ImportError):  # the system simdjson the compiled decoder was built on
+    with contextlib.suppress(ImportError):  # the simdjson the compiled decoder was built with
         from impl.decode import _simdjson_nogil
 
         versions["libsimdjson"] = _simdjson_nogil.SIMDJSON_VERSION

@@ -177,6 +177,27 @@ def _hand_built() -> list[Case]:
             .replace(b"-0.5", b"-5E-1")
             .replace(b"-1.25", b"-125e-2"),
         ),
+        # integers beyond 64 bits where the contract reads integers: the reference takes them
+        # (orjson reads them as floats: issue 27)
+        Case("index-beyond-64-bits", dumps(doc(choice(2**64), choice(-(2**64)), choice(1)))),
+        Case(
+            "rank-beyond-64-bits",
+            dumps(
+                doc(choice(prompt_logprobs=[None, {"2": {"logprob": -1.5, "rank": 2**64}}, None]))
+            ),
+            {"topk_prompt_logprobs": 2},
+        ),
+        Case(
+            "prompt-id-beyond-64-bits",
+            dumps(
+                doc(
+                    choice(
+                        prompt_token_ids=[1, 2**64, 3],
+                        prompt_logprobs=[None, {str(2**64): {"logprob": -1.5, "rank": 1}}, None],
+                    )
+                )
+            ),
+        ),
         Case("fixture-n2", (FIXTURES / "vllm-completion-n2-logprobs.json").read_bytes()),
         Case(
             "fixture-n2-topk1",

@@ -11,7 +11,9 @@ equal the reference's. Every test runs for both; an unavailable one skips with i
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -174,6 +176,49 @@ def test_numbers_near_the_logprob_form(array, where, compiled):
             case = head + b"},{".join(items) + b"}]" + tail
         answered += as_the_reference(compiled, case)
     assert answered >= 10  # the fast path itself answered the valid ones
+
+
+def _logprob_array_body(elements: list[bytes], kept: bool) -> bytes:
+    """A one-choice body whose kept `token_logprobs` (or, `kept=False`, a skipped array in
+    `usage`) holds `elements` as written."""
+    array = b"[" + b",".join(elements) + b"]"
+    ids = b",".join(b"%d" % (100 + i) for i in range(len(elements)))
+    kept_lps = array if kept else b"null"
+    return (
+        b'{"id":"cmpl-1","choices":[{"index":0,"text":"x","logprobs":{"token_logprobs":%s},'
+        b'"finish_reason":"length","token_ids":[%s]}],"usage":{"x":%s}}'
+        % (kept_lps, ids, b"[]" if kept else array)
+    )
+
+
+def _elements_spanning(length: int) -> list[bytes]:
+    """Logprobs in vLLM's form (-0.d, 1 to 16 digits: read by the bulk check) that take exactly
+    `length` (>= 5) bytes with a comma after each."""
+    out = []
+    while length > 20:
+        out.append(b"-0." + b"3" * 16)
+        length -= 20
+    return [*out, b"-0." + b"7" * (length - 4)]
+
+
+@pytest.mark.parametrize("bad", [b"-", b"", b"-.", b"1.", b"-1e", b"01"], ids=repr)
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "skipped"])
+def test_malformed_number_at_every_64_byte_block_offset(bad, kept, compiled):
+    """A malformed element (a lone `-` or empty ones included) of a logprob array that the bulk
+    check reads 64 bytes a block, its closing comma at every offset of a block (the first
+    element's length shifts it): never answered, DecodeError like the reference. (Issue 27: a
+    lone `-` or an empty element whose comma was a block's last byte was read as -0.0 or 0.0,
+    the check that rejects it carried into the next block after the element was taken.)"""
+    for offset in range(64, 128):  # where the malformed element starts in the array
+        elements = [*_elements_spanning(offset), bad] + [b"-1.5e-05"] * 40
+        case = _logprob_array_body(elements, kept)
+        with pytest.raises(ValueError):
+            json.loads(case)
+        assert compiled.fast_path(case) is None, (offset, bad)
+        with pytest.raises(DecodeError):
+            compiled.decoder.decode(case)
+    good = _logprob_array_body([b"-0.5", b"-0.25", b"-1.5e-05"] * 30, kept)
+    assert compiled.fast_path(good) is not None  # the shape itself is answered
 
 
 # top_logprobs elements in, near and just outside the flat-object form the bulk check takes
@@ -465,6 +510,10 @@ EDGE_NUMBERS = [
     b"2.2250738585072014e-308",
     b"2.2250738585072011e-308",
     b"1e-320",
+    b"1e-400",
+    b"-2.4e-324",
+    b"2.5e-324",
+    b"-7.3e-4000",
     b"1e+000000001",
     b"1e000000000000000000001",
     b"1.00000000000000011102230246251565404236316680908203125",
@@ -495,10 +544,31 @@ EDGE_NUMBERS = [
 ]
 
 
-@pytest.mark.parametrize("source", ["edges", "random"])
+def _every_power(seed: int) -> list[bytes]:
+    """Three numbers for each decimal exponent from below a double's smallest to above its
+    largest (every entry of the Eisel-Lemire table, and past it), mantissas of 1..19 digits."""
+    rng = np.random.default_rng(seed)
+    tokens = []
+    for power in range(-350, 320):
+        for _ in range(3):
+            digits = int(rng.integers(1, 20))
+            mantissa = str(int(rng.integers(10 ** (digits - 1), 10**digits, dtype=np.uint64)))
+            cut = int(rng.integers(1, digits + 1))
+            if cut < digits:
+                mantissa = mantissa[:cut] + "." + mantissa[cut:]
+            sign = "-" if rng.random() < 0.5 else ""
+            tokens.append(f"{sign}{mantissa}e{power}".encode())
+    return tokens
+
+
+@pytest.mark.parametrize("source", ["edges", "random", "every-power"])
 def test_logprob_numbers_read_exactly(source, compiled):
     """The kept-number reader gives Python's double bit for bit, or hands over (never a guess)."""
-    tokens = EDGE_NUMBERS if source == "edges" else _random_tokens(seed=14, count=4000)
+    tokens = {
+        "edges": lambda: EDGE_NUMBERS,
+        "random": lambda: _random_tokens(seed=14, count=4000),
+        "every-power": lambda: _every_power(seed=16),
+    }[source]()
     answered = 0
     for token in (t for t in tokens if t.strip() == t):  # a token in a body has no spaces
         got = compiled.ext.number(token)
@@ -617,6 +687,60 @@ def test_escapes_at_string_ends(where, compiled):
             assert_same(decoder.decode(body), REFERENCE.decode(body))
             if b"\\ud8" not in content.lower() and b"\\udc" not in content.lower():
                 assert compiled.fast_path(body) is not None, content
+
+
+# bytes at the edges of UTF-8's ranges (ASCII, continuations, each kind of lead)
+UTF8_EDGES = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0]
+UTF8_EDGES += [0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xF7, 0xF8, 0xFF]
+
+
+# code points at the edges of each encoded length and around the surrogates
+UTF8_CHARS = [chr(c) for c in (0x41, 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF)]
+UTF8_CHARS += [chr(c) for c in (0x10000, 0x10FFFF, 0xE9, 0x65E5, 0x1F642)]
+
+
+def _utf8_runs() -> list[bytes]:
+    """Every pair of edge bytes, seeded runs of 3 to 7 of them, and seeded strings of valid
+    characters at the edges (some cut short by a byte)."""
+    rng = random.Random(27)
+    runs = [bytes(pair) for pair in itertools.product(UTF8_EDGES, repeat=2)]
+    runs += [bytes(rng.choices(UTF8_EDGES, k=rng.randint(3, 7))) for _ in range(1500)]
+    for _ in range(800):
+        text = "".join(rng.choices(UTF8_CHARS, k=rng.randint(1, 6))).encode()
+        runs.append(text[:-1] if rng.random() < 0.2 else text)
+    return runs
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("where", ["token", "text"])
+def test_utf8_checked_as_python_decodes(where, compiled):
+    """A string is answered exactly when its bytes are valid UTF-8 as Python decodes them
+    (no overlong form, surrogate, code point above U+10FFFF or cut sequence): every pair of
+    bytes at the edges of UTF-8's ranges and seeded runs of them, in a token (a short string:
+    checked byte by byte) and at every offset of the text (a long one: 16 or 32 bytes at a
+    time). The reference takes invalid UTF-8 too, so the decode always equals it."""
+    body = bodies.body_for(3, kind="vllm", seed=5)
+    answered = 0
+    for i, run in enumerate(_utf8_runs()):
+        if where == "token":
+            content = run
+            case = body.replace(b'"tokens":[', b'"tokens":["' + content + b'",', 1)
+        else:
+            content = b"\xc3\xa9" * (16 + i % 40) + run + b"z" * (i % 5)
+            case = body.replace(b'"text":"', b'"text":"' + content, 1)
+        fast = compiled.fast_path(case)
+        assert (fast is not None) is _is_utf8(content), (where, run)
+        answered += fast is not None
+        if i % 50 == 0:
+            assert_same(compiled.decoder.decode(case), REFERENCE.decode(case))
+    assert 500 < answered < 2500  # both outcomes really exercised
 
 
 # what -march=x86-64-v3 -mpclmul compiles for, as /proc/cpuinfo names it

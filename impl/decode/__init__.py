@@ -116,24 +116,26 @@ IMPLEMENTATIONS: tuple[Entry, ...] = (
     Entry(
         "simdjson_nogil",
         "impl.decode.simdjson_nogil",
-        "C++ over the system simdjson, parses without the GIL; numpy buffers filled directly",
+        "C++ over simdjson's stage 1 (built in), parses without the GIL; numpy buffers filled",
         ("impl.decode.simdjson_nogil",),  # imports the extension and checks its build
-        hint="apt-get install g++ libsimdjson-dev, then reinstall hotpath (pip install -e .)",
+        hint="a C++ compiler (Debian/Ubuntu: apt-get install g++), then reinstall hotpath "
+        "(make install, or pip install -e .)",
     ),
     Entry(
         "onepass_nogil",
         "impl.decode.onepass_nogil",
         "C++ in one pass over the bytes (no index), parses without the GIL; numpy buffers filled",
         ("impl.decode.onepass_nogil",),  # imports the extension and checks its build
-        hint="apt-get install g++ libsimdjson-dev, then reinstall hotpath (pip install -e .)",
+        hint="a C++ compiler (Debian/Ubuntu: apt-get install g++), then reinstall hotpath "
+        "(make install, or pip install -e .)",
     ),
     Entry(
         "onepass_nogil_avx2",
         "impl.decode.onepass_nogil_avx2",
         "onepass_nogil compiled for AVX2 (x86-64-v3 + PCLMUL), imported only where the CPU has it",
         ("impl.decode.onepass_nogil_avx2",),  # checks the CPU, then imports the extension
-        hint="needs an x86-64 CPU with AVX2, BMI2, LZCNT and PCLMUL, g++ and libsimdjson-dev "
-        "(then reinstall hotpath: pip install -e .); onepass_nogil runs without them",
+        hint="a C++ compiler (Debian/Ubuntu: apt-get install g++, then make install), on an x86-64 "
+        "CPU with AVX2, BMI2, LZCNT and PCLMUL; onepass_nogil runs without them",
     ),
     Entry("auto", "impl.decode.auto", "per body size, the decoder measured fastest here"),
 )

@@ -1,7 +1,7 @@
 """What the compiled decoders (`simdjson_nogil`, `onepass_nogil`) share on the Python side.
 
 Both extensions have the same two functions (`decode`, `number`; see
-`impl/decode/_nogil_module.h`): `CompiledDecoder` checks the arguments the extension cannot
+`impl/decode/_native/common/module.h`): `CompiledDecoder` checks the arguments the extension cannot
 take (a prompt that is not plain integers, a huge top-k, a UTF-8 BOM: the reference decides
 those), calls it without the GIL, and wraps the bytearrays it returns as numpy arrays.
 """
@@ -16,7 +16,7 @@ import numpy as np
 from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, Completion, Sequence, TopK
 from impl.decode._common import as_bytes, reference
 
-API_VERSION = 4  # the extensions' API_VERSION this wrapper speaks (_nogil_module.h)
+API_VERSION = 5  # the extensions' API_VERSION this wrapper speaks (_native/common/module.h)
 
 _BOM = b"\xef\xbb\xbf"
 _MAX_K = 1 << 16  # a larger top-k is left to the reference (it allocates n x k either way)
@@ -61,13 +61,18 @@ class CompiledDecoder:
         self, body: bytes, *, prompt_tokens: Seq[int] | None = None, topk_prompt_logprobs: int = 0
     ) -> Completion:
         body = as_bytes(body)
-        k = topk_prompt_logprobs
+        got = self.fast_path(body, prompt_tokens, topk_prompt_logprobs)
+        return reference(body, prompt_tokens, topk_prompt_logprobs) if got is None else got
+
+    def fast_path(self, body: bytes, prompt_tokens: Seq[int] | None, k: int) -> Completion | None:
+        """The compiled walk's own answer, or None where it hands the body to the reference
+        (whose answer `decode` then returns; the fuzzer checks these answers alone)."""
         tokens = _prompt_buffer(prompt_tokens)
-        got = None
-        if tokens is not _NOT_PLAIN and type(k) is int and k <= _MAX_K and body[:3] != _BOM:
-            got = self._decode(body, tokens, max(k, 0), MAX_DEPTH, MAX_INT_DIGITS)
+        if tokens is _NOT_PLAIN or type(k) is not int or k > _MAX_K or body[:3] == _BOM:
+            return None
+        got = self._decode(body, tokens, max(k, 0), MAX_DEPTH, MAX_INT_DIGITS)
         if got is None:
-            return reference(body, prompt_tokens, k)
+            return None
         raw_sequences, prompt, top_ids, top_lps = got
         sequences = [
             Sequence(

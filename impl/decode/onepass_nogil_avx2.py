@@ -1,6 +1,6 @@
 """`onepass_nogil` built for AVX2: the same C++ source, compiled for x86-64-v3 with PCLMUL.
 
-`impl/decode/_onepass_nogil_avx2.cpp` is `_onepass_nogil.cpp` compiled with
+`impl/decode/_native/onepass_nogil/module_avx2.cpp` is its `module.cpp` compiled with
 `-march=x86-64-v3 -mpclmul` (setup.py): the same walk, the same checks, the same answers (the
 tests hold both to the reference), but each 64-byte block of the bulk checks is two 32-byte
 AVX2 vectors instead of four SSE2 ones, each prefix XOR (which bytes are inside strings, inside

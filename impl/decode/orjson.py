@@ -5,7 +5,10 @@ dict, every float), then the numeric lists are converted with numpy. Fast JSON, 
 object graph dominates on realistic vLLM bodies (~80 bytes and several objects per token).
 orjson is stricter than the reference in places (it rejects `1e400` and lone surrogates,
 and reads integers beyond 64 bits as floats, so an integer over MAX_INT_DIGITS digits is an
-infinite double it rejects); when it rejects a body the reference decides. Its nesting limit is
+infinite double it rejects); when it rejects a body the reference decides. A document it parsed
+that does not fit the contract goes to the reference too: a float where an integer must be
+(`index`, `rank`, `prompt_token_ids`) may be an integer beyond 64 bits, which the reference
+takes. Only bodies that end in `DecodeError` pay for the second parse. Its nesting limit is
 1024 levels: `check_depth` applies the contract's.
 """
 
@@ -15,7 +18,7 @@ from collections.abc import Sequence as Seq
 
 import orjson
 
-from impl.decode import Completion
+from impl.decode import Completion, DecodeError
 from impl.decode._common import as_bytes, completion_from_document, reference
 from impl.decode._limits import check_depth
 
@@ -30,7 +33,10 @@ class OrjsonDecoder:
         except orjson.JSONDecodeError:
             return reference(body, prompt_tokens, topk_prompt_logprobs)
         check_depth(body)  # orjson itself stops at 1024 levels, the contract at MAX_DEPTH
-        return completion_from_document(doc, body, prompt_tokens, topk_prompt_logprobs)
+        try:
+            return completion_from_document(doc, body, prompt_tokens, topk_prompt_logprobs)
+        except DecodeError:  # maybe an integer beyond 64 bits that orjson read as a float
+            return reference(body, prompt_tokens, topk_prompt_logprobs)
 
 
 def create() -> OrjsonDecoder:

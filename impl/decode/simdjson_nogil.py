@@ -1,8 +1,8 @@
-"""A compiled decoder that parses without the GIL: C++ over the system simdjson.
+"""A compiled decoder that parses without the GIL: C++ over simdjson's stage 1.
 
-`impl/decode/_simdjson_nogil.cpp` with its walk `_simdjson_nogil_walk.h` and the parts it
-shares with `onepass_nogil` (`_nogil_numbers.h`, `_nogil_body.h`, `_nogil_module.h`; built by
-`setup.py` with the project's install, against Debian's `libsimdjson-dev`)
+`impl/decode/_native/simdjson_nogil/` (`module.cpp`, its walk `walk.h`) with the parts it
+shares with `onepass_nogil` (`_native/common/`; built by `setup.py` with the project's install,
+with simdjson's own sources from the pysimdjson package compiled in: docs/native.md)
 releases the GIL, runs simdjson's SIMD stage 1 over the body (UTF-8 validation, unescaped
 control characters, and an index of every structural byte, in a reused per-thread buffer),
 checks every backslash escape of the body in one memchr-driven sweep, then walks the index
@@ -23,8 +23,8 @@ closing quote; kept logprobs are read eight or sixteen digits at a time and roun
 Eisel-Lemire; skipped values go through one loop with an explicit stack, arrays of scalars
 through a tighter one.
 
-Exactness: logprobs are rounded correctly to a double (Eisel-Lemire with simdjson's table; its
-own parser where that cannot decide), then `(float)`, the same double-then-float32 rounding as
+Exactness: logprobs are rounded correctly to a double (Eisel-Lemire; the C library's strtod
+where that cannot decide), then `(float)`, the same double-then-float32 rounding as
 the reference's numpy `astype`. The walk answers "not sure" for anything outside the common
 shape (a duplicated or escaped key where it reads keys, an integer beyond 18 digits or a
 logprob beyond 19 significant digits where it reads one, a wrong type, a length mismatch, lone
@@ -34,7 +34,7 @@ BOM, a non-int `topk_prompt_logprobs` and `prompt_tokens` that are not plain int
 too.
 
 The plain CPython C API binds it (`_nogil.py` on this side): one function (and `number`, for tests),
-no build dependency beyond setuptools and the system simdjson, and the GIL release is one explicit
+no build dependency beyond setuptools and simdjson's sources, and the GIL release is one explicit
 `Py_BEGIN_ALLOW_THREADS` pair around code that touches no Python object. (simdjson's DOM parser with
 a reused parser was as fast here as the first version of this walk but kept a tape of ~2.5x the body
 size; its On-Demand API skips values without validating them.)

@@ -4,10 +4,10 @@
 // The values it skips (most of a body: `text_offset`, `tokens`, `top_logprobs`, the text) go
 // through `skip`, one loop with an explicit stack and no call per value: a string costs one look at
 // the byte before the next structural one (its closing quote; escapes were checked for the whole
-// body up front), a number one `quick_shape` or word check (numbers.h), a literal one compare;
+// body up front), a number one `quick_shape` or word check (common/shapes.h), a literal one compare;
 // arrays of scalars get a tighter loop of their own. The parts it reads (choices, `token_ids`,
 // `token_logprobs`, prompt logprobs) are small object/array helpers around that loop (their readers
-// are in _nogil_body.h). Anything outside the common shape answers false ("not sure"), and the
+// are in common/reader.h). Anything outside the common shape answers false ("not sure"), and the
 // reference decides.
 #pragma once
 
@@ -17,13 +17,15 @@
 #include <string_view>
 #include <vector>
 
-#include "_nogil_numbers.h"
-#include "_nogil_request.h"
+#include "../common/bytes.h"
+#include "../common/floats.h"
+#include "../common/request.h"
+#include "../common/shapes.h"
 
 namespace nogil {
 
 
-struct Walker {
+struct IndexWalker {
   const uint8_t* buf;
   size_t len;
   const uint32_t* idx;

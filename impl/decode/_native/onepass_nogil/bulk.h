@@ -1,6 +1,6 @@
 // impl.decode._onepass_nogil's bulk checks: array elements checked 64 bytes at a time.
 //
-// Without a structural index each token's end depends on the token before (_onepass_walk.h),
+// Without a structural index each token's end depends on the token before (walk.h),
 // a chain the CPU cannot run ahead on. Long regular arrays break it here: each 64-byte block
 // becomes bit masks of byte classes (`Block`: two AVX2 or four SSE2 vectors), and the grammar
 // of the elements is checked as relations between the masks. `naturals` and `plain_strings`
@@ -12,12 +12,13 @@
 //
 // Reads: 64 bytes from each block start, which is at or before the array's end (a byte no
 // check accepts); logprob_runs starts 32 bytes or more into the body, since the logprob
-// readers load the 32 bytes before a number (_nogil_numbers.h).
+// readers load the 32 bytes before a number (common/floats.h).
 #pragma once
 
 #include <cstdint>
 
-#include "_nogil_numbers.h"
+#include "../common/bytes.h"
+#include "../common/shapes.h"
 #if defined(__AVX2__) || defined(__PCLMUL__)
 #include <immintrin.h>
 #endif
@@ -175,10 +176,13 @@ inline size_t plain_strings(const uint8_t* buf, size_t start) {
 
 // The form vLLM prints logprobs in, -?d.d+(e[+-]dd)?, checked over a stream of 64-byte
 // blocks as relations between byte-class masks, each byte against the bytes before it (the
-// previous block's masks carried): a '.' right after each number's one whole digit and a
+// previous block's masks carried): a whole part of one digit, a '.' right after it and a
 // digit after the '.'; an 'e' after a digit, then a sign, two digits and the number's end;
-// a '-' first or right after the 'e'. (That the whole part is a digit, and that a digit
-// comes before the 'e', follows.) `check` answers the bytes that break it.
+// a '-' first or right after the 'e'. (That a digit comes before the 'e' follows.) The whole
+// digit is checked itself, not left to the '.' that must follow it: a block's elements are
+// taken once the block passes, and a lone '-' or an empty element can end at the block's last
+// byte (its comma, where the whole digit would be), the missing '.' only seen in the next
+// block. `check` answers the bytes that break it.
 struct LogprobForm {
   uint64_t signed_start = 0, whole = 0, dot = 0, e = 0;  // the previous block's
 
@@ -188,7 +192,8 @@ struct LogprobForm {
     uint64_t signed_now = starts & minus;
     uint64_t whole_now = (starts & ~minus) | before(signed_now, signed_start, 1);
     uint64_t e1 = before(e_now, e, 1);
-    uint64_t bad = (dot_now ^ before(whole_now, whole, 1)) | (before(dot_now, dot, 1) & ~digit) |
+    uint64_t bad = (whole_now & ~digit) | (dot_now ^ before(whole_now, whole, 1)) |
+                   (before(dot_now, dot, 1) & ~digit) |
                    (minus & ~(starts | e1)) | (plus & ~e1) | (e1 & ~(minus | plus)) |
                    (before(e_now, e, 2) & ~digit) | (before(e_now, e, 3) & ~digit) |
                    (before(e_now, e, 4) & number);

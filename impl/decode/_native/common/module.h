@@ -1,6 +1,7 @@
-// impl.decode's compiled decoders: the Python side, shared by _simdjson_nogil.cpp and
-// _onepass_nogil.cpp. Each module defines `bool decode(const Request&, Result&)` (run without
-// the GIL) and includes this file, then creates its module with `create_module`.
+// impl.decode's compiled decoders: the Python side, shared by simdjson_nogil/module.cpp and
+// onepass_nogil/module.cpp. Each module includes this file, defines `bool decode(const Request&,
+// Result&)` (run without the GIL: its walk under a `Reader`) and creates its module with
+// `create_module`.
 //
 // decode(body: bytes, prompt_tokens: bytes | None, k: int, max_depth: int, max_int_digits: int)
 //   -> None when the fast path cannot vouch for the body (the caller asks the reference), or
@@ -11,12 +12,13 @@
 #pragma once
 
 #include <Python.h>  // after PY_SSIZE_T_CLEAN, first in the module
-#include <simdjson.h>
 
 #include <string>
 #include <vector>
 
-#include "_nogil_body.h"
+#include "floats.h"
+#include "reader.h"
+#include "shapes.h"
 
 namespace {
 
@@ -99,7 +101,7 @@ PyObject* py_number(PyObject*, PyObject* token) {
   // 32 bytes before the token (logprob_double reads them) and padding after it, as in a body.
   std::string padded(32, ' ');
   padded.append(reinterpret_cast<const char*>(data), len);
-  padded.append(simdjson::SIMDJSON_PADDING, ' ');
+  padded.append(kPadding, ' ');
   const uint8_t* s = reinterpret_cast<const uint8_t*>(padded.data()) + 32;
   Shape sh;
   double value;
@@ -121,15 +123,14 @@ PyMethodDef methods[] = {
 
 // The module `name` with `doc`, the two functions and its constants. API_VERSION: bumped
 // whenever the functions or their results change, so a stale build left in the tree reads as
-// unavailable instead of failing at the first call.
+// unavailable instead of failing at the first call. SANITIZED: built with AddressSanitizer
+// (`make sanitize` checks that its build is).
 PyObject* create_module(PyModuleDef& def, const char* name, const char* doc) {
   def = {PyModuleDef_HEAD_INIT, name, doc, -1, methods, nullptr, nullptr, nullptr, nullptr};
   PyObject* m = PyModule_Create(&def);
   if (m == nullptr) return nullptr;
-#define HOTPATH_STR(x) #x
-#define HOTPATH_XSTR(x) HOTPATH_STR(x)
-  if (PyModule_AddStringConstant(m, "SIMDJSON_VERSION", HOTPATH_XSTR(SIMDJSON_VERSION)) < 0 ||
-      PyModule_AddIntConstant(m, "API_VERSION", 4) < 0) {
+  if (PyModule_AddIntConstant(m, "API_VERSION", 5) < 0 ||
+      PyModule_AddObjectRef(m, "SANITIZED", kSanitized ? Py_True : Py_False) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -1,9 +1,10 @@
 // impl.decode's compiled decoders: the vLLM body's shape, read over a walk.
 //
-// `Reader` adds to a grammar walk (`Walker`: the index walk of _simdjson_nogil_walk.h or the
-// byte walk of _onepass_walk.h, whichever the module included first) what the Completion keeps: the
-// choices in index order with their `token_ids`, `token_logprobs` and finish reason, and the
-// first choice's prompt logprobs with top-k rows. Every other value goes through `skip`.
+// `Reader<Walker>` adds to a grammar walk (`Walker`: `IndexWalker`, the index walk of
+// simdjson_nogil/walk.h, or `ByteWalker`, the byte walk of onepass_nogil/walk.h) what the
+// Completion keeps: the choices in index order with their `token_ids`, `token_logprobs` and
+// finish reason, and the first choice's prompt logprobs with top-k rows. Every other value goes
+// through `skip`.
 // Anything unexpected (a wrong type, an escaped or duplicated key it reads, a length
 // mismatch) answers false, and the reference decides.
 #pragma once
@@ -14,7 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "_nogil_request.h"
+#include "bytes.h"
+#include "request.h"
 
 namespace nogil {
 
@@ -57,7 +59,27 @@ struct Result {
   }
 };
 
+template <typename Walker>
 struct Reader : Walker {
+  // What the reader uses of its walk: the position and request, peeks and literals, the three
+  // container helpers (`array`, `object`, `skip`: each validates what it steps over), the kept
+  // scalars (`integer`, `number`, `string`) and the walk's bulk paths for the kept arrays.
+  using Walker::pos;
+  using Walker::rq;
+  using Walker::peek;
+  using Walker::is_null;
+  using Walker::take_null;
+  using Walker::at_end;
+  using Walker::elements_bound;
+  using Walker::array;
+  using Walker::object;
+  using Walker::skip;
+  using Walker::integer;
+  using Walker::number;
+  using Walker::string;
+  using Walker::bulk_int32;
+  using Walker::bulk_logprobs;
+
   // An array of int32 (token ids) into `out`: the walker's bulk path first, then one at a time.
   bool int32_array(size_t depth, std::vector<int32_t>& out) {
     return array(depth, [&] {

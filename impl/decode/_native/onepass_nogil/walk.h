@@ -1,15 +1,14 @@
 // impl.decode._onepass_nogil's walk: one pass over the body's bytes, no structural index.
 //
-// The same grammar walk as _simdjson_nogil_walk.h (same interface, so _nogil_body.h reads the
+// The same grammar walk as simdjson_nogil/walk.h (same interface, so common/reader.h reads the
 // body over either), but reading the bytes directly: `pos` is always at the first byte of the
 // next token, past any whitespace. A string is found and checked 16 bytes a step (its closing
-// quote, escapes, control characters; UTF-8 by simdjson's validator only when it has a byte
-// >= 0x80); a number's end is the first byte valid JSON can follow it with, and its grammar
-// is checked from the same two 16-byte loads (_nogil_numbers.h). Nothing is indexed first, so
+// quote, escapes, control characters; UTF-8 (common/utf8.h) only when it has a byte >= 0x80); a number's end is the first byte valid JSON can follow it with, and its grammar
+// is checked from the same two 16-byte loads (common/shapes.h). Nothing is indexed first, so
 // there is no 4-bytes-per-token index to write and read back, but each token's end is known
 // only once the token before it is read: a chain from token to token. Where a body is long and
 // regular, arrays break that chain, checked 64 bytes at a time from byte-class masks
-// (_onepass_bulk.h: text_offset, token_ids, tokens, the kept token_logprobs and the skipped
+// (bulk.h: text_offset, token_ids, tokens, the kept token_logprobs and the skipped
 // top_logprobs objects). Anything they doubt goes through the token-at-a-time path, which
 // decides.
 //
@@ -23,13 +22,17 @@
 #include <string_view>
 #include <vector>
 
-#include "_nogil_numbers.h"
-#include "_nogil_request.h"
-#include "_onepass_bulk.h"
+#include "../common/bytes.h"
+#include "../common/escapes.h"
+#include "../common/floats.h"
+#include "../common/request.h"
+#include "../common/shapes.h"
+#include "../common/utf8.h"
+#include "bulk.h"
 
 namespace nogil {
 
-struct Walker {
+struct ByteWalker {
   const uint8_t* buf;
   size_t len;
   const Request& rq;
@@ -56,8 +59,8 @@ struct Walker {
   size_t elements_bound() const { return (len - pos) / 2 + 1; }
 
   // The string whose opening quote is at p: true with `end` just past its closing quote, its
-  // content checked: no control character, every escape valid, UTF-8 valid (by simdjson's
-  // validator, only for a string with a byte >= 0x80). 16 bytes a step.
+  // content checked: no control character, every escape valid, UTF-8 valid (only checked for a
+  // string with a byte >= 0x80). 16 bytes a step.
   bool string_at(size_t p, size_t& end, bool& escaped) const {
     const uint8_t* s = buf + p + 1;
     const uint8_t* q = s;
@@ -103,10 +106,7 @@ struct Walker {
       q++;
     }
 #endif
-    if (high != 0 &&
-        !simdjson::validate_utf8(reinterpret_cast<const char*>(s), static_cast<size_t>(q - s))) {
-      return false;
-    }
+    if (high != 0 && !utf8_valid(s, static_cast<size_t>(q - s))) return false;
     end = static_cast<size_t>(q + 1 - buf);
     return true;
   }

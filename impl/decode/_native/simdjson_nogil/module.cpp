@@ -1,10 +1,11 @@
-// impl.decode._simdjson_nogil: the module (its Python side is _nogil_module.h). A vLLM completion
-// body -> the Completion's raw buffers, without the GIL: simdjson's SIMD stage 1 (the system
-// libsimdjson, runtime-dispatched to the best kernel of this CPU) indexes every structural byte,
+// impl.decode._simdjson_nogil: the module (its Python side is common/module.h). A vLLM completion
+// body -> the Completion's raw buffers, without the GIL: simdjson's SIMD stage 1 (simdjson's own
+// sources, from the pysimdjson package setup.py builds with, compiled into this module;
+// runtime-dispatched to the best kernel of this CPU) indexes every structural byte,
 // validates UTF-8 and rejects unescaped control characters in strings; one memchr-driven sweep
-// checks every backslash escape (_nogil_numbers.h); the walk over the index
-// (_simdjson_nogil_walk.h, _nogil_body.h) then checks the JSON grammar of the whole body and parses
-// only the numbers the Completion keeps.
+// checks every backslash escape (common/escapes.h); the walk over the index (walk.h, read by
+// common/reader.h) then checks the JSON grammar of the whole body and parses only the numbers
+// the Completion keeps.
 //
 // Everything between the stage 1 call and the copies into bytearrays runs with the GIL released.
 // The walk validates every value it skips exactly as Python's json module would accept it (number
@@ -19,22 +20,19 @@
 #include <Python.h>
 
 #include <simdjson.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "_simdjson_nogil_walk.h"  // the Walker the Reader of _nogil_module.h walks with
-#include "_nogil_module.h"
+#include "../common/escapes.h"
+#include "../common/module.h"
+#include "walk.h"
 
 namespace {
 
-size_t page_size() {
-  static const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return size;
-}
+static_assert(kPadding >= simdjson::SIMDJSON_PADDING, "stage 1 reads SIMDJSON_PADDING bytes past");
 
 bool decode(const Request& rq, Result& out) {
   thread_local std::unique_ptr<simdjson::internal::dom_parser_implementation> stage1;
@@ -48,15 +46,8 @@ bool decode(const Request& rq, Result& out) {
       return false;
     }
   }
-  // Stage 1 and the string parser read up to SIMDJSON_PADDING bytes past the end, whatever
-  // their values: the body is copied only when those bytes would cross into the next page.
-  const uint8_t* buf = rq.body;
-  uintptr_t last = reinterpret_cast<uintptr_t>(buf + rq.len - 1);
-  if (last % page_size() + simdjson::SIMDJSON_PADDING >= page_size()) {
-    padded.assign(buf, buf + rq.len);
-    padded.resize(rq.len + simdjson::SIMDJSON_PADDING, ' ');
-    buf = padded.data();
-  }
+  // Stage 1 reads up to SIMDJSON_PADDING bytes past the end, whatever their values.
+  const uint8_t* buf = readable_body(rq, ' ', padded);
   if (stage1->stage1(buf, rq.len, simdjson::stage1_mode::regular)) return false;
   if (!escapes_valid(buf, rq.len)) return false;
   closers.resize(rq.max_depth + 2);
@@ -66,7 +57,7 @@ bool decode(const Request& rq, Result& out) {
   uint32_t* idx = stage1->structural_indexes.get();
   size_t n_idx = stage1->n_structural_indexes;
   idx[n_idx] = idx[n_idx + 1] = static_cast<uint32_t>(rq.len);
-  Reader walk{{buf, rq.len, idx, n_idx, rq, closers.data()}};
+  Reader<IndexWalker> walk{{buf, rq.len, idx, n_idx, rq, closers.data()}};
   return walk.body(out);
 }
 
@@ -74,9 +65,14 @@ PyModuleDef module;
 
 }  // namespace
 
+// The module, with SIMDJSON_VERSION: the simdjson it was built with.
 PyMODINIT_FUNC PyInit__simdjson_nogil() {
-  return create_module(
-      module, "_simdjson_nogil",
-      "simdjson (system library) stage 1 and an index walk: vLLM completion bodies decoded "
-      "without the GIL.");
+  PyObject* m = create_module(module, "_simdjson_nogil",
+                              "simdjson's stage 1 and an index walk: vLLM completion bodies "
+                              "decoded without the GIL.");
+  if (m != nullptr && PyModule_AddStringConstant(m, "SIMDJSON_VERSION", SIMDJSON_VERSION) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
 }
