@@ -50,21 +50,16 @@ def compiled_decoder(
     depends += [
         str(path) for path in sorted(folder.glob("*.cpp")) if path.name != Path(source).name
     ]
-    sources = [str(NATIVE / source)]
-    include_dirs = []
-    if simdjson is not None:
-        sources.append(str(simdjson / "simdjson.cpp"))
-        include_dirs.append(str(simdjson))
-        depends.append(str(simdjson / "simdjson.h"))
-    return Extension(
+    extension = Extension(
         f"impl.decode._{name}",
-        sources=sources,
+        sources=[str(NATIVE / source)],
         depends=depends,
-        include_dirs=include_dirs,
         language="c++",
         extra_compile_args=["-std=c++17", "-O3", *flags],
         optional=True,
     )
+    extension.simdjson = simdjson  # added by BuildNative: an absolute path, outside the tree
+    return extension
 
 
 class BuildNative(build_ext):
@@ -85,6 +80,13 @@ class BuildNative(build_ext):
         powers_of_five.write(generated / "powers_of_five.h")
         for extension in self.extensions:
             extension.include_dirs.append(str(generated))
+            # simdjson's sources join here, not in setup(): setuptools refuses absolute paths
+            # among an extension's sources when it builds a wheel (`pip wheel .`, asv).
+            simdjson = getattr(extension, "simdjson", None)
+            if simdjson is not None:
+                extension.sources.append(str(simdjson / "simdjson.cpp"))
+                extension.include_dirs.append(str(simdjson))
+                extension.depends.append(str(simdjson / "simdjson.h"))
         super().build_extensions()
 
 
