@@ -11,6 +11,11 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
 - store gauges (`store_records{state}`, `store_stored_bytes`, `store_outstanding`,
   `forwards_in_flight`) and counters (`store_*_total`: submitted, dedup hits, late duplicates,
   completed, failed, delivered, evictions; `backpressure_rejections_total{limit}`: the 429s).
+- `store_unavailable_total{op}`: calls of this process that failed, or were refused at once,
+  while the shared store was away (`impl.server.store.redis.health`), by store operation;
+  `store_available` (1, or 0 while away or silent); `http_refused_total{reason}`: connections
+  refused by the HTTP limits before the application (`impl.server.protocol`: header_bytes,
+  header_count, header_timeout, body_timeout).
 - `held_polls_total{kind,reason}`: why held polls answered (`impl.server.store.held`: kind future or
   session; reason at_once, woken, batch_deadline, hold_expired, released), counted by each
   process for its own polls (also on a shared store), the same counts as /healthz `held_polls`.
@@ -59,6 +64,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from impl.server.protocol import REASONS as HTTP_REFUSALS
 from impl.server.store.held import KINDS, REASONS
 
 #: Seconds; from a try_again answered at once to a poll held 30 s and a 20 MB result.
@@ -219,8 +225,31 @@ class Metrics:
             ("kind", "reason"),
             registry=reg,
         )
-        self._held = {(k, r): held.labels(k, r) for k in KINDS for r in REASONS}
-        self._held_synced: dict[tuple[str, str], int] = dict.fromkeys(self._held, 0)
+        self._held = Mirror(held, [(k, r) for k in KINDS for r in REASONS])
+        self._unavailable = Mirror(
+            Counter(
+                "hotpath_store_unavailable",
+                "Store calls that failed, or were refused at once, while the shared store was "
+                "away, by operation",
+                ("op",),
+                registry=reg,
+            )
+        )
+        self._refused = Mirror(
+            Counter(
+                "hotpath_http_refused",
+                "Connections refused by the HTTP limits before the application, by reason",
+                ("reason",),
+                registry=reg,
+            ),
+            [(reason,) for reason in HTTP_REFUSALS],
+        )
+        self._available = Gauge(
+            "hotpath_store_available",
+            "1 while the store answers, 0 while a shared store is away or silent",
+            registry=reg,
+            multiprocess_mode="livemin",
+        )
         self._store_counters = {
             key: Counter("hotpath_" + name.removesuffix("_total"), f"store: {key}", registry=reg)
             for key, name in STORE_COUNTERS.items()
@@ -338,11 +367,12 @@ class Metrics:
             tally.flush()
         self._gauges["forwards_in_flight"].set(len(state.forwards.tasks))
         held = state.store.held_polls.counts  # this process's polls, on every store
-        for (kind, reason), counter in self._held.items():
-            count = held[kind][reason]
-            if count > self._held_synced[(kind, reason)]:
-                counter.inc(count - self._held_synced[(kind, reason)])
-            self._held_synced[(kind, reason)] = count
+        self._held.sync({(k, r): n for k, reasons in held.items() for r, n in reasons.items()})
+        self._refused.sync({(reason,): n for reason, n in state.http_refused.items()})
+        health = getattr(state.store, "health", None)  # this process's calls (a shared store)
+        if health is not None:
+            self._unavailable.sync({(op,): n for op, n in health.failed.items()})
+        self._available.set(0 if state.store.unavailable() else 1)
         if state.store.describe()["kind"] != "memory" and state.settings.worker_index != 0:
             return  # a shared store's figures count every process: worker 0 alone exports them
         stats = state.store.stats()
@@ -381,6 +411,24 @@ class Metrics:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=directory)
         return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class Mirror:
+    """A labelled counter that follows counts kept elsewhere (plain ints on the hot path):
+    `sync` adds each label's increase since the last sync."""
+
+    def __init__(self, counter: Counter, labels: list[tuple[str, ...]] = ()) -> None:
+        self.counter = counter
+        self.synced: dict[tuple[str, ...], int] = {}
+        for known in labels:  # exported at 0 from the start
+            counter.labels(*known)
+
+    def sync(self, counts: dict[tuple[str, ...], int]) -> None:
+        for labels, count in counts.items():
+            delta = count - self.synced.get(labels, 0)
+            if delta > 0:
+                self.counter.labels(*labels).inc(delta)
+                self.synced[labels] = count
 
 
 class SyncTimer:
