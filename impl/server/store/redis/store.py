@@ -398,6 +398,9 @@ class RedisStore(SessionPolling, StoreBackground):
 
     async def delivered(self, record: Record) -> None:
         """Start the retrieved clock; if the store is down, the result keeps its longer TTL."""
+        if self.health.away is not None:
+            self.health.count("delivered")
+            return
         deadline = time.time() * 1000 + self.retrieved_ms
         try:
             await self.pipe.script(
@@ -411,7 +414,7 @@ class RedisStore(SessionPolling, StoreBackground):
                 ],
                 [self.retrieved_ms, self.retrieved_ms + self.dedup_ms, bucket(deadline)],
             )
-        except (RedisError, OSError):
+        except (RedisError, OSError, StoreUnavailable):  # the response has already started
             self.health.count("delivered")  # counted, not logged per request
 
     def pressure(self) -> str | None:
