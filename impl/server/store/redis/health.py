@@ -64,6 +64,7 @@ class StoreHealth:
     def start(self) -> None:
         """Start pinging (call on the event loop the store serves)."""
         self._loop = asyncio.get_running_loop()
+        self.last_answer = time.monotonic()  # the store just answered `open`'s first reads
         self._thread = threading.Thread(target=self._run, name="hotpath-store-health", daemon=True)
         self._thread.start()
 
