@@ -255,9 +255,11 @@ def test_the_embedded_keeper_state_is_on_the_probes(upstream):
             assert keeper["state"] == "running" and keeper["restarts"] == 0, keeper
             os.kill(keeper["pid"], signal.SIGKILL)
             keeper = _until(
-                lambda: (k := api.healthz()["store_backend"]["embedded"])["restarts"] == 1
-                and k["state"] == "running"
-                and k
+                lambda: (
+                    (k := api.healthz()["store_backend"]["embedded"])["restarts"] == 1
+                    and k["state"] == "running"
+                    and k
+                )
             )
             assert keeper["last_exit"] == "killed by SIGKILL", keeper
             _until(lambda: api.http.get("/readyz").status_code == 200)
