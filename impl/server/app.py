@@ -9,8 +9,8 @@ and on shutdown wakes held polls, cancels forwards and closes the pool.
 (`/livez`, `/readyz`) straight to their raw ASGI handlers before FastAPI's middleware stack and
 router; every other request, and the OpenAPI schema, is plain FastAPI. A shared store that is
 away answers 503 + Retry-After on every route (`StoreUnavailable`, on the raw routes and here).
-With metrics on (the default), every HTTP request first passes the metrics' pure ASGI
-middleware (`impl.server.metrics.Metrics.http`), which times and counts it.
+With metrics on (the default), every HTTP request but the probes first passes the metrics'
+pure ASGI middleware (`impl.server.metrics.Metrics.http`), which times and counts it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from impl.server.baseline import BaselineStore
 from impl.server.forward import BodyBudget, ForwardRunner
 from impl.server.limits import Limits
 from impl.server.picks import Picks
+from impl.server.protocol import QUIET_PATHS as QUIET
 from impl.server.routes._raw import RawRoute, respond
 from impl.server.routes.deps import ApiError
 from impl.server.schemas import openapi_components
@@ -58,7 +59,8 @@ class HotpathApp(FastAPI):
         self.metrics: Any = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.metrics is not None and scope["type"] == "http":
+        # the probes skip the metrics (an orchestrator's probes would be most of the counts)
+        if self.metrics is not None and scope["type"] == "http" and scope["path"] not in QUIET:
             await self.metrics.http(scope, receive, send, self.dispatch)
             return
         # `dispatch`, inlined: with --no-metrics no request pays for the metrics' plumbing

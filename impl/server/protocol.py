@@ -12,7 +12,9 @@ connection forever. `LimitedHttpToolsProtocol` adds, per connection:
   of a head are counted as they arrive, before httptools sees them; over the limit the server
   answers 431 and closes. The count starts at each request's first byte, so it is exact up to
   one read (a read that completes one request and starts the next is not counted twice);
-- **header count** (`--max-headers`, 100 like Apache's LimitRequestFields): 431 as well;
+- **header count** (`--max-headers`, 100 like Apache's LimitRequestFields): 431 as well,
+  checked once the head is parsed (the head's byte limit already bounds what the fields take:
+  at most ~8,000 fields in 32 KiB), before the application sees the request;
 - **head time** (`--header-timeout`, 10 s): from a connection's opening (its first request)
   or a request's first byte (the next ones; between requests the keep-alive timeout governs),
   the head must be complete within it, else 408 (or, when not one byte came, a silent close);
@@ -26,6 +28,14 @@ server stops writing but keeps reading and dropping what the client still sends 
 connection and the client could lose the answer. Timers are armed only for a head or body
 that spans reads (a request that arrives in one read costs none), and each refusal is counted
 on /healthz (`http_refused`) and /metrics (`hotpath_http_refused_total{reason}`).
+
+The probes (`/livez`, `/readyz`) are not access-logged: an orchestrator asks every few seconds,
+and those lines would be most of a quiet server's log (the request metrics skip them too,
+app.py); every other request is logged as before. `GET /livez` is answered here, on the event
+loop, as soon as its head is parsed: one write of a constant response, no ASGI task (a
+liveness probe asks whether the process and its loop answer; uvicorn's path through the
+application cost ~5x more, two writes and a task; the app's own `/livez` route serves other
+servers of the same app and the OpenAPI schema).
 """
 
 from __future__ import annotations
@@ -44,8 +54,14 @@ REASONS = ("header_bytes", "header_count", "header_timeout", "body_timeout")
 _END = b"\r\n\r\n"
 
 
+#: paths whose requests are not access-logged (the probes)
+QUIET_PATHS = frozenset({"/livez", "/readyz"})
+LIVE_BODY = b'{"status":"ok"}'
+
+
 class _TooManyHeaders(Exception):
-    """Raised in httptools' header callback: it stops the parser (HttpParserCallbackError)."""
+    """Raised in httptools' headers-complete callback: it stops the parser before the
+    request reaches the application (httptools raises HttpParserCallbackError)."""
 
 
 def protocol_class(settings: Any) -> type[HttpToolsProtocol]:
@@ -73,9 +89,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._in_head = True  # the next bytes belong to a request's head
-        self._head_started = False  # some of that head arrived
-        self._head_bytes = 0
-        self._header_count = 0
+        self._head_bytes = 0  # of it so far (not 0: the head has started)
         self._tail = b""  # the last 3 bytes of the head so far (an end split across reads)
         self._timer: asyncio.TimerHandle | None = None
         self._closing = False
@@ -100,13 +114,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         except httptools.HttpParserUpgrade:
             return self._upgrade()
         except httptools.HttpParserError as exc:
-            if isinstance(exc.__context__, _TooManyHeaders):  # raised in on_header
+            if isinstance(exc.__context__, _TooManyHeaders):  # raised in on_headers_complete
                 message = f"more than {self.max_headers} header fields (--max-headers)"
                 return self._refuse(431, "header_count", message)
             self.logger.warning("Invalid HTTP request received.")
             return self.send_400_response("Invalid HTTP request received.")
         if self._in_head:
-            if self._head_started and self._timer is None:
+            if self._head_bytes and self._timer is None:
                 self._arm(self.header_timeout, self._head_late)
         elif self.cycle is not None and self.cycle.more_body and self._timer is None:
             self._arm(self.body_timeout, self._body_late)
@@ -122,7 +136,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         size = self._head_bytes + len(data)
         if size <= self.max_head:
             self._head_bytes = size
-            self._tail = (self._tail + data)[-3:]
+            self._tail = data[-3:] if len(data) >= 3 else (self._tail + data)[-3:]
             return False
         end = (self._tail + data).find(_END)  # the head may end in this read
         return end < 0 or self._head_bytes - len(self._tail) + end + len(_END) > self.max_head
@@ -131,27 +145,48 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         return f"request head over {self.max_head} bytes (--max-header-bytes)"
 
     # -- parser callbacks ---------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._head_started = True
-        self._header_count = 0
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_count += 1
-        if self._header_count > self.max_headers:
-            raise _TooManyHeaders
-        super().on_header(name, value)
-
     def on_headers_complete(self) -> None:
-        self._in_head = self._head_started = False
+        if len(self.headers) > self.max_headers:
+            raise _TooManyHeaders
+        self._in_head = False
         self._head_bytes, self._tail = 0, b""
         self._disarm()
+        if self.url == b"/livez" and self.parser.get_method() == b"GET" and self._idle():
+            return self._answer_live()
         super().on_headers_complete()
+        if self.scope.get("path") in QUIET_PATHS and self.cycle is not None:
+            self.cycle.access_log = False
 
     def on_message_complete(self) -> None:
         self._in_head = True  # what comes next is the next request's head
         self._disarm()
-        super().on_message_complete()
+        if self.cycle is not None:  # None: the connection's first request was a /livez
+            super().on_message_complete()
+
+    def _idle(self) -> bool:
+        """No response of this connection is under way (so one may be written now)."""
+        return not self.pipeline and (self.cycle is None or self.cycle.response_complete)
+
+    def _answer_live(self) -> None:
+        """`GET /livez`, answered without the application (module docstring)."""
+        keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+        headers = [b"%s: %s\r\n" % pair for pair in self.server_state.default_headers]
+        self.transport.write(
+            b"".join(
+                (
+                    STATUS_LINE[200],
+                    *headers,
+                    b"content-type: application/json\r\ncontent-length: %d\r\n" % len(LIVE_BODY),
+                    b"" if keep_alive else b"connection: close\r\n",
+                    b"\r\n",
+                    LIVE_BODY,
+                )
+            )
+        )
+        if keep_alive:
+            self.on_response_complete()  # the keep-alive timer, what uvicorn does after each
+        else:
+            self.transport.close()
 
     # -- timers and refusals ------------------------------------------------------------------
     def _arm(self, delay: float, callback: Any) -> None:
@@ -167,7 +202,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._timer = None
         if not self._in_head or self.transport.is_closing():
             return
-        if not self._head_started:  # not one byte of a request: close without a word
+        if not self._head_bytes:  # not one byte of a request: close without a word
             self._count("header_timeout")
             self.transport.close()
             return
