@@ -145,3 +145,33 @@ def test_probe_flags_are_checked(flag):
     name = flag[2:].replace("-", "_")
     with pytest.raises(ValueError, match=name):
         Settings(**{name: -1})
+
+
+def test_livez_answered_by_the_protocol_keeps_http_semantics(upstream):
+    """GET /livez (answered as soon as its head is parsed, impl/server/protocol.py): several on
+    one kept-alive connection, then one with `Connection: close` (closed after it), HTTP/1.0
+    (closed); `/livez?probe=1` goes through the application's route: the same answer."""
+    with start_server(upstream.url) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            for _ in range(3):
+                sock.sendall(b"GET /livez HTTP/1.1\r\nHost: t\r\n\r\n")
+                answer = b""
+                while not answer.endswith(b'{"status":"ok"}'):
+                    answer += sock.recv(4096)
+                assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" not in answer
+            sock.sendall(b"GET /livez HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" in answer
+        status, _, body = _ask((host, int(port)), b"GET /livez HTTP/1.0\r\n\r\n")
+        assert (status, body) == (200, b'{"status":"ok"}')
+        routed = httpx.get(server.url + "/livez?probe=1")
+        assert (routed.status_code, routed.json()) == (200, {"status": "ok"})
+        httpx.get(server.url + "/healthz")
+        deadline = time.monotonic() + 10
+        while "/healthz" not in "".join(server.lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "/healthz" in "".join(server.lines)  # the access log runs...
+        assert "/livez" not in "".join(server.lines)  # ...and the probes are not in it
