@@ -199,7 +199,7 @@ async def lifespan(
     state.gc.start()
     sync = None
     if metrics is not None:
-        from impl.server.metrics import SyncTimer
+        from impl.server.tallies import SyncTimer
 
         state.lag.observe, state.gc.observe = metrics.loop_lag, metrics.gc_pause
         sync = SyncTimer(metrics, state)

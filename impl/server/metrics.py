@@ -27,9 +27,9 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
   process and Python collectors (CPU, RSS, fds, gc counts).
 
 Why it is cheap. A prometheus-client `Histogram.observe` takes a lock twice and scans the
-buckets (1–3 µs here, a few % of a 40–60 µs request). The hot path instead calls a `Tally`: a
-bisect into the bucket bounds and two additions on plain Python numbers (~0.3 µs, event-loop
-thread only); `sync()` (every second, and before each scrape) adds the tallies into the real
+buckets (1–3 µs here, a few % of a 40–60 µs request). The hot path instead calls a `Tally`
+(tallies.py): a bisect into the bucket bounds and two additions on plain Python numbers (~0.3
+µs, event-loop thread only); `sync()` (every second, and before each scrape) adds the tallies into the real
 histograms. Per request that leaves two `perf_counter` calls, a wrapped `send` that notes the
 status, a dict lookup and one tally; per sample, four more tallies. Store figures cost nothing
 on the hot path: the store already counts them, and `sync()` copies them into gauges and adds
@@ -66,6 +66,7 @@ from prometheus_client import (
 
 from impl.server.protocol import REASONS as HTTP_REFUSALS
 from impl.server.store.held import KINDS, REASONS
+from impl.server.tallies import Mirror, Tally
 
 #: Seconds; from a try_again answered at once to a poll held 30 s and a 20 MB result.
 REQUEST_BUCKETS = (
@@ -115,35 +116,6 @@ VERSIONED = (
     "aiohttp",
     "httpx",
 )
-
-
-class Tally:
-    """Observations of one histogram child counted in plain Python; `flush` adds them into the
-    child. Only the event-loop thread may call `observe` and `flush` (no lock). It reads the
-    child's `_upper_bounds`, `_buckets` and `_sum` (prometheus-client's histogram internals,
-    unchanged since 0.4; tests/server/test_metrics.py fails if they change)."""
-
-    __slots__ = ("bounds", "child", "counts", "total")
-
-    def __init__(self, child: Any) -> None:
-        self.child = child
-        self.bounds = list(child._upper_bounds)  # ends with +Inf
-        self.counts = [0] * len(self.bounds)
-        self.total = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(self.bounds, seconds)] += 1  # le: seconds <= bound
-        self.total += seconds
-
-    def flush(self) -> None:
-        counts, total = self.counts, self.total
-        if not any(counts):
-            return
-        self.counts, self.total = [0] * len(self.bounds), 0.0
-        for bucket, n in zip(self.child._buckets, counts, strict=True):
-            if n:
-                bucket.inc(n)
-        self.child._sum.inc(total)
 
 
 def multiprocess_dir() -> str | None:
@@ -411,44 +383,3 @@ class Metrics:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=directory)
         return generate_latest(registry), CONTENT_TYPE_LATEST
-
-
-class Mirror:
-    """A labelled counter that follows counts kept elsewhere (plain ints on the hot path):
-    `sync` adds each label's increase since the last sync."""
-
-    def __init__(self, counter: Counter, labels: list[tuple[str, ...]] = ()) -> None:
-        self.counter = counter
-        self.synced: dict[tuple[str, ...], int] = {}
-        for known in labels:  # exported at 0 from the start
-            counter.labels(*known)
-
-    def sync(self, counts: dict[tuple[str, ...], int]) -> None:
-        for labels, count in counts.items():
-            delta = count - self.synced.get(labels, 0)
-            if delta > 0:
-                self.counter.labels(*labels).inc(delta)
-                self.synced[labels] = count
-
-
-class SyncTimer:
-    """Calls `metrics.sync(state)` every `interval` seconds on the event loop."""
-
-    def __init__(self, metrics: Metrics, state: Any, interval: float = 1.0) -> None:
-        self.metrics, self.state, self.interval = metrics, state, interval
-        self._handle: Any = None
-
-    def start(self) -> None:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-
-        def tick() -> None:
-            self.metrics.sync(self.state)
-            self._handle = loop.call_later(self.interval, tick)
-
-        self._handle = loop.call_later(self.interval, tick)
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
