@@ -30,10 +30,10 @@ Why it is cheap. A prometheus-client `Histogram.observe` takes a lock twice and 
 buckets (1–3 µs here, a few % of a 40–60 µs request). The hot path instead calls a `Tally`
 (tallies.py): a bisect into the bucket bounds and two additions on plain Python numbers (~0.3
 µs, event-loop thread only); `sync()` (every second, and before each scrape) adds the tallies
-into the real histograms. Per request that leaves two `perf_counter` calls, a wrapped `send` that notes the
-status, a dict lookup and one tally; per sample, four more tallies. Store figures cost nothing
-on the hot path: the store already counts them, and `sync()` copies them into gauges and adds
-the counters' increments since the last sync.
+into the real histograms. Per request that leaves two `perf_counter` calls, a wrapped `send`
+that notes the status, a dict lookup and one tally; per sample, four more tallies. Store figures
+cost nothing on the hot path: the store already counts them, and `sync()` copies them into
+gauges and adds the counters' increments since the last sync.
 
 Several processes. Every figure lives in a prometheus-client metric object (nothing is computed
 only at scrape time in one process), so prometheus-client's multiprocess mode works unchanged:
