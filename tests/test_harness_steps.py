@@ -32,7 +32,13 @@ class _State:
         def describe():
             return {"kind": "memory"}
 
+        @staticmethod
+        def unavailable():
+            return None
+
         held_polls = HeldPolls()
+
+    http_refused: dict[str, int] = {}
 
     class settings:
         worker_index = 0

@@ -59,6 +59,7 @@ class StoreHealth:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._seen_away = False  # the thread's own view, to post each change once
+        self._pending: set[asyncio.Task[None]] = set()
 
     # -- the ping thread -------------------------------------------------------------------
     def start(self) -> None:
@@ -110,11 +111,16 @@ class StoreHealth:
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             if reason is None:
-                loop.call_soon_threadsafe(lambda: loop.create_task(self._came_back()))
+                loop.call_soon_threadsafe(self._back_task)
             else:
                 loop.call_soon_threadsafe(self._went_away, reason)
 
     # -- on the event loop -----------------------------------------------------------------
+    def _back_task(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._came_back())
+        self._pending.add(task)  # a task needs a reference until it is done
+        task.add_done_callback(self._pending.discard)
+
     def _went_away(self, reason: str) -> None:
         if self.away is not None:
             return
