@@ -49,6 +49,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 #: Seconds a refused connection keeps reading (and dropping) before it closes.
 LINGER = 2.0
+#: A timer that fires this many seconds late found the loop stalled: the request gets a turn.
+STALL = 1.0
 #: refusal reasons, as counted
 REASONS = ("header_bytes", "header_count", "header_timeout", "body_timeout")
 _END = b"\r\n\r\n"
@@ -92,6 +94,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0  # of it so far (not 0: the head has started)
         self._tail = b""  # the last 3 bytes of the head so far (an end split across reads)
         self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0  # loop time the timer is due
         self._closing = False
 
     # -- connection ---------------------------------------------------------------------------
@@ -191,7 +194,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # -- timers and refusals ------------------------------------------------------------------
     def _arm(self, delay: float, callback: Any) -> None:
         self._disarm()
+        self._due = self.loop.time() + delay
         self._timer = self.loop.call_later(delay, callback)
+
+    def _stalled(self, callback: Any) -> bool:
+        """True (and `callback` due again next turn) when this timer fired over a second late:
+        the loop itself was stalled, and the bytes that would have completed the request may
+        be waiting to be read (uvloop runs timers, then what is soon due, then reads), so the
+        timer is set again past the next read of the sockets."""
+        if self.loop.time() - self._due <= STALL:
+            return False
+        self._due = self.loop.time()
+        self._timer = self.loop.call_later(0.001, callback)
+        return True
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -200,7 +215,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _head_late(self) -> None:
         self._timer = None
-        if not self._in_head or self.transport.is_closing():
+        if not self._in_head or self.transport.is_closing() or self._stalled(self._head_late):
             return
         if not self._head_bytes:  # not one byte of a request: close without a word
             self._count("header_timeout")
@@ -213,6 +228,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._timer = None
         cycle = self.cycle
         if self._in_head or cycle is None or not cycle.more_body or self.transport.is_closing():
+            return
+        if self._stalled(self._body_late):
             return
         if self.flow.read_paused:  # the server is not reading: its own delay does not count
             self._arm(1.0, self._body_late)

@@ -181,3 +181,65 @@ def test_limits_come_from_the_settings():
     for name in ("max_header_bytes", "max_headers", "header_timeout", "body_timeout"):
         with pytest.raises(ValueError, match=name):
             Settings(**{name: 0})
+
+
+class _Transport:
+    """Just enough of an asyncio transport for the protocol (what it wrote, whether closed)."""
+
+    def __init__(self) -> None:
+        self.written, self.closed = b"", False
+
+    def get_extra_info(self, name: str, default=None):
+        return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}.get(name, default)
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+def test_a_timer_that_fires_late_gives_the_request_a_turn():
+    """In-process: the loop stalls 1.5 s past a head's deadline, and the head's last bytes
+    were there meanwhile (delivered, as uvloop reads them, after the late timer): the timer
+    waits one more turn and the request is served, not refused 408. Without a stall, the
+    same timer refuses (the control case)."""
+    import asyncio
+
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from impl.server.protocol import protocol_class
+    from impl.server.settings import Settings
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def run(stall: bool) -> bytes:
+        config = uvicorn.Config(app, loop="asyncio", http="httptools", lifespan="off")
+        config.load()
+        cls = protocol_class(Settings(header_timeout=0.2))
+        protocol = cls(config=config, server_state=ServerState(), app_state={})
+        transport = _Transport()
+        loop = asyncio.get_running_loop()
+        protocol.connection_made(transport)
+        protocol.data_received(b"GET /x HTTP/1.1\r\n")
+        if stall:
+            loop.call_later(0.1, time.sleep, 1.5)  # the loop stalls past the 0.2 s deadline
+            loop.call_later(0.25, protocol.data_received, b"Host: t\r\n\r\n")
+        await asyncio.sleep(2.0)
+        return transport.written
+
+    assert b"HTTP/1.1 200" in asyncio.run(run(stall=True))
+    assert asyncio.run(run(stall=False)).startswith(b"HTTP/1.1 408")
