@@ -3,6 +3,8 @@ prometheus-client's parser, differenced over a window, and rendered for one or t
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import pytest
 
 pytest.importorskip(
@@ -38,7 +40,7 @@ class _State:
 
         held_polls = HeldPolls()
 
-    http_refused: dict[str, int] = {}
+    http_refused = MappingProxyType({})  # nothing refused
 
     class settings:
         worker_index = 0
