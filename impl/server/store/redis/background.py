@@ -67,6 +67,7 @@ class StoreBackground:
                         self._on_message(message["data"].decode())
             except (RedisError, OSError):
                 self.listening = False
+                self.health.count("subscribe")
                 await asyncio.sleep(0.5)
             finally:
                 self.listening = False
@@ -96,23 +97,29 @@ class StoreBackground:
         health thread's to say (health.py), so a failed refresh is only skipped."""
         while True:
             if self.health.away is None:
-                with contextlib.suppress(RedisError, OSError):
+                try:
                     await self.refresh()
+                except (RedisError, OSError):
+                    self.health.count("refresh")
             await asyncio.sleep(self.refresh_interval)
 
     async def _lease_loop(self) -> None:
         """Renew this process's leases four times per lease."""
         while True:
             await asyncio.sleep(self.lease_ms / 4000)
-            with contextlib.suppress(RedisError, OSError):
+            try:
                 await self.renew()
+            except (RedisError, OSError):
+                self.health.count("renew")  # counted, logged with the outage
 
     async def _takeover_loop(self) -> None:
         """Claim and forward again records whose owner's lease lapsed (twice per lease)."""
         while True:
             await asyncio.sleep(self.lease_ms / 2000)
-            with contextlib.suppress(RedisError, OSError):
+            try:
                 await self.take_over()
+            except (RedisError, OSError):
+                self.health.count("take_over")
 
     async def renew(self) -> None:
         if self.owned:
