@@ -243,7 +243,7 @@ def test_a_server_process_is_killed(router):
         rss.start()
         run = Load(server.url, router.url)
         run.start()
-        run.wait_in_flight()
+        run.wait_in_flight(0.05)  # early: most of the load still to come
         killer = faults.KillOne(server.url, server.pid, 0.0)
         killer.start()
         killer.join(120)
