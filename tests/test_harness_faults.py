@@ -131,7 +131,7 @@ def test_an_interrupted_loadtest_stops_everything_it_started(sig, extra):
             for child in _descendants(process.pid):
                 seen.setdefault(child.pid, child)
             names = " ".join(" ".join(p.cmdline()) for p in _descendants(process.pid))
-            if "multiprocessing" in names and "serve" in names and "router" in names:
+            if "spawn_main" in names and "serve" in names and "router" in names:
                 break
             assert process.poll() is None, process.stderr.read().decode()[-3000:]
             time.sleep(0.2)
@@ -139,7 +139,7 @@ def test_an_interrupted_loadtest_stops_everything_it_started(sig, extra):
         for child in _descendants(process.pid):
             seen.setdefault(child.pid, child)
         kinds = " ".join(" ".join(p.cmdline()) for p in seen.values())
-        assert "router" in kinds and "serve" in kinds and "multiprocessing" in kinds, kinds
+        assert "router" in kinds and "serve" in kinds and "spawn_main" in kinds, kinds
         if extra:
             assert "redis-server" in kinds, kinds
         os.kill(process.pid, sig)
