@@ -3,6 +3,8 @@ prometheus-client's parser, differenced over a window, and rendered for one or t
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import pytest
 
 pytest.importorskip(
@@ -32,7 +34,13 @@ class _State:
         def describe():
             return {"kind": "memory"}
 
+        @staticmethod
+        def unavailable():
+            return None
+
         held_polls = HeldPolls()
+
+    http_refused = MappingProxyType({})  # nothing refused
 
     class settings:
         worker_index = 0

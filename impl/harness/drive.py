@@ -94,42 +94,45 @@ def drive(
         ctx.Process(target=_client_main, args=(c, client, counters[i], go, results), daemon=True)
         for i, c in enumerate(configs)
     ]
-    for process in processes:
-        process.start()
-    total = sum(len(range(*c.indices)) for c in configs)
-    timeout = max(c.timeout for c in configs)
-    setup_deadline = time.monotonic() + 300  # sessions and warm-up
-    while sum(c[2] for c in counters) < len(configs) and time.monotonic() < setup_deadline:
-        if results.qsize() if hasattr(results, "qsize") else False:
-            break  # a client process failed before it was ready
-        time.sleep(0.02)
-    if on_go is not None:
-        on_go()
-    started = time.monotonic()
-    go.set()
-    bar = _progress(total, label) if progress_bar else None
-    collected: list[dict[str, Any]] = []
-    hard_stop = started + timeout + 60
-    while len(collected) < len(processes) and time.monotonic() < hard_stop:
-        try:
-            collected.append(results.get(timeout=0.25))
-        except queue.Empty:
-            if not any(w.is_alive() for w in processes) and results.empty():
-                break
-        done = sum(c[0] + c[1] for c in counters)
-        if bar is not None and done != bar.n:
-            bar.n = done
-            bar.set_postfix(failed=sum(c[1] for c in counters), refresh=False)
-            bar.refresh()
-    wall = time.monotonic() - started
-    if bar is not None:
-        bar.close()
-    for process in processes:
-        process.join(5)
-        if process.is_alive():
-            process.kill()
-            process.join(5)
-    return merge(collected, total=total, wall=wall)
+    try:
+        for process in processes:
+            process.start()
+        total = sum(len(range(*c.indices)) for c in configs)
+        timeout = max(c.timeout for c in configs)
+        setup_deadline = time.monotonic() + 300  # sessions and warm-up
+        while sum(c[2] for c in counters) < len(configs) and time.monotonic() < setup_deadline:
+            if results.qsize() if hasattr(results, "qsize") else False:
+                break  # a client process failed before it was ready
+            time.sleep(0.02)
+        if on_go is not None:
+            on_go()
+        started = time.monotonic()
+        go.set()
+        bar = _progress(total, label) if progress_bar else None
+        collected: list[dict[str, Any]] = []
+        hard_stop = started + timeout + 60
+        while len(collected) < len(processes) and time.monotonic() < hard_stop:
+            try:
+                collected.append(results.get(timeout=0.25))
+            except queue.Empty:
+                if not any(w.is_alive() for w in processes) and results.empty():
+                    break
+            done = sum(c[0] + c[1] for c in counters)
+            if bar is not None and done != bar.n:
+                bar.n = done
+                bar.set_postfix(failed=sum(c[1] for c in counters), refresh=False)
+                bar.refresh()
+        wall = time.monotonic() - started
+        if bar is not None:
+            bar.close()
+        for process in processes:
+            process.join(5)  # a client process still alive after it is killed below
+        return merge(collected, total=total, wall=wall)
+    finally:  # interrupted (SIGINT/SIGTERM) or done: no client process outlives the run
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join(5)
 
 
 def _progress(total: int, label: str):

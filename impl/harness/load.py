@@ -16,7 +16,9 @@ processes (`--offloop processes`), `--compare fetch` with fetch processes (`--of
 `--profile PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
 
 Every run is bounded: `--num-requests` and `--timeout` (unfinished samples are reported as
-such); processes are stopped by PID; all traffic stays on 127.0.0.0/8. Exit status 0 only when
+such); processes are stopped by PID; all traffic stays on 127.0.0.0/8. SIGINT or SIGTERM stops
+the run and everything it started (client processes, server with its decode or fetch processes
+and embedded store, router, py-spy) before it exits with 130 or 143. Exit status 0 only when
 every requested sample completed and checked out.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -296,7 +299,34 @@ def inline_scenario(
     return scenario.with_overrides(server_args=extra)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the run unwinds and stops what it started."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut the clean-up
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
 def run(args: argparse.Namespace) -> int:
+    """`hotpath loadtest`; SIGINT/SIGTERM stop every process it started (130/143)."""
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _run(args)
+    except Interrupted as stop:
+        print(f"hotpath loadtest: {stop}: stopped every process it started", file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(args: argparse.Namespace) -> int:
     from impl.measure import environment
 
     scenario = scenario_from_args(args)

@@ -1,9 +1,11 @@
 """Start and stop the processes of a load run: the fake router, the server, py-spy.
 
 Every process is started here as a child on loopback and stopped by its PID (SIGTERM, then
-SIGKILL). Watching them while the load runs (the `Sampler` thread, /healthz probes, /metrics
-scrapes) is `impl.harness.sampler`; its names are re-exported here for the callers that
-start and watch in one place.
+SIGKILL), and gets SIGTERM from the kernel if the process that started it dies first (even by
+SIGKILL: the parent-death signal), so an interrupted run leaves no router or server behind.
+Watching them while the load runs (the `Sampler` thread, /healthz probes, /metrics scrapes) is
+`impl.harness.sampler`; its names are re-exported here for the callers that start and watch in
+one place.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from impl.harness.sampler import fetch_json as fetch_json
 from impl.harness.sampler import get_json as get_json
 from impl.harness.sampler import probe as probe
 from impl.harness.sampler import scrape_steps as scrape_steps
+from impl.server.store.redis.embedded import die_with_parent
 
 _URL = re.compile(r"(http://[0-9.]+:[0-9]+)")
 _ROOT = Path(__file__).resolve().parents[2]
@@ -78,6 +81,8 @@ def stopped_at_exit() -> Iterator[list[Proc]]:
     started: list[Proc] = []
     try:
         yield started
+    except KeyboardInterrupt:  # SIGINT/SIGTERM: stop them, nothing to explain
+        raise
     except BaseException:
         for proc in started:
             sys.stderr.write(f"--- {proc.name} output (tail) ---\n{proc.tail()}\n")
@@ -144,7 +149,14 @@ def start_router(args: list[str], *, host: str = "127.0.0.1", timeout: float = 3
     """`hotpath router --port 0 ARGS`; waits for its ready line (the URL it listens on)."""
     command = [*ROUTER_COMMAND, "--host", host, "--port", "0", *args]
     output = tempfile.TemporaryFile()  # noqa: SIM115 -- closed by Proc.stop
-    process = subprocess.Popen(command, cwd=_ROOT, stdout=subprocess.PIPE, stderr=output, text=True)
+    process = subprocess.Popen(
+        command,
+        cwd=_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=output,
+        text=True,
+        preexec_fn=die_with_parent,
+    )
     match = read_ready_line(process, _URL.search, timeout)
     if match:
         return Proc("router", match.group(1), process, output, command)
@@ -177,6 +189,7 @@ def start_server(
         stdout=output,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
+        preexec_fn=die_with_parent,
     )
     proc = Proc("server", f"http://{host}:{port}", process, output, command)
     deadline = time.monotonic() + timeout

@@ -20,7 +20,13 @@ from typing import Any
 import aiohttp
 
 from impl.harness.sessionpoll import PollerFailed, SessionPoller
-from impl.harness.workload import ClientConfig, Failure, prompt_for
+from impl.harness.workload import (
+    STORE_UNAVAILABLE,
+    ClientConfig,
+    Failure,
+    prompt_for,
+    store_unavailable,
+)
 
 try:
     import orjson
@@ -80,17 +86,18 @@ class SdkCalls:
             try:
                 status, _, body = await self._post(path, payload)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                kind, last = "session", f"{path}: {type(exc).__name__}: {exc}"
                 self.retries["session_connection"] += 1
-                last = f"{path}: {type(exc).__name__}: {exc}"
             else:
                 if status == 200:
                     return loads(body)
                 last = f"{path}: HTTP {status}: {body[:200]!r}"
                 if not (status in (408, 409, 429) or status >= 500):
                     raise Failure(f"http_{status}", last)
-                self.retries[f"session_{status}"] += 1
+                kind = STORE_UNAVAILABLE if store_unavailable(status, body) else "session"
+                self.retries[kind if kind == STORE_UNAVAILABLE else f"session_{status}"] += 1
             await self._backoff(attempt)
-        raise Failure("session", last)
+        raise Failure(kind, last)
 
     # -- one sample -------------------------------------------------------------------------
     async def _submit(self, index: int, seq_id: int) -> str:
@@ -125,7 +132,7 @@ class SdkCalls:
                     continue
                 if not (status in (408, 409) or status >= 500):
                     raise Failure(f"http_{status}", f"asample {last}")
-                kind = f"asample_{status}"
+                kind = STORE_UNAVAILABLE if store_unavailable(status, body) else f"asample_{status}"
             self.retries[kind] += 1
             self.examples.setdefault(f"retry:{kind}", last[:300])
             attempt += 1
@@ -186,7 +193,7 @@ class SdkCalls:
                     continue
                 if not (status == 429 or status >= 500):
                     raise Failure(f"http_{status}", f"retrieve_future {last}")
-                kind = f"poll_{status}"
+                kind = STORE_UNAVAILABLE if store_unavailable(status, body) else f"poll_{status}"
             self.retries[kind] += 1
             self.examples.setdefault(f"retry:{kind}", last[:300])
             errors += 1

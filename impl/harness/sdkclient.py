@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from impl.harness.client import ClientProcess
-from impl.harness.workload import ClientConfig, Failure, prompt_for
+from impl.harness.workload import (
+    STORE_UNAVAILABLE,
+    ClientConfig,
+    Failure,
+    prompt_for,
+    store_unavailable,
+)
 
 
 class SdkClientProcess(ClientProcess):
@@ -101,6 +107,8 @@ class SdkClientProcess(ClientProcess):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if store_unavailable(getattr(exc, "status_code", None), str(exc)):
+                    raise Failure(STORE_UNAVAILABLE, str(exc)[:300]) from None
                 raise Failure(f"sdk_{type(exc).__name__}", str(exc)[:300]) from None
             size = self._check_sdk(index, response)
         except Failure as failure:

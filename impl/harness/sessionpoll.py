@@ -6,7 +6,8 @@ Each sample registers a waiter for its request id; the loop polls with the curso
 answer and the ids fetched since (acks), wakes the waiters of the completions it is told about,
 and idles while nothing is waited for and nothing is left to report (a poll with no waiter asks
 `timeout: 0`, an ack-only poll). Errors as the SDK treats them: connection errors, timeouts,
-408/409/429/5xx are retried after 1 s; a 400 three times; anything else (404 unknown session,
+408/409/429/5xx are retried after 1 s (the server's 503 while its shared store is away is
+counted as `store_unavailable`); a 400 three times; anything else (404 unknown session,
 410 unknown cursor, ...) ends the poller and fails every current and later waiter.
 """
 
@@ -18,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+
+from impl.harness.workload import STORE_UNAVAILABLE, store_unavailable
 
 PATH = "/api/v1/retrieve_futures"
 #: client timeouts: an ack-only poll is answered at once; a long poll is held ~30 s
@@ -89,7 +92,7 @@ class SessionPoller:
         if self.failure is None and (self.retrieved or self.cursor > self.acked_cursor):
             try:
                 await self._once(ack_only=True)
-            except (TimeoutError, aiohttp.ClientError, OSError, PollerFailed):
+            except (TimeoutError, aiohttp.ClientError, OSError, PollerFailed, _Retry):
                 self._retries["session_poll_final_ack_error"] += 1
 
     def _fail(self, message: str) -> None:
@@ -111,7 +114,7 @@ class SessionPoller:
                 self._retries["session_poll_connection"] += 1
                 await asyncio.sleep(1)
             except _Retry as retry:
-                self._retries[f"session_poll_{retry.status}"] += 1
+                self._retries[retry.kind] += 1
                 if retry.status == 400:
                     if bad_requests >= _BAD_REQUEST_TRIES:
                         self._fail(f"retrieve_futures: HTTP 400 {_BAD_REQUEST_TRIES + 1} times")
@@ -136,7 +139,7 @@ class SessionPoller:
         )
         if status != 200:
             if status in (400, 408, 409, 429) or status >= 500:
-                raise _Retry(status)
+                raise _Retry(status, body)
             raise PollerFailed(f"retrieve_futures: HTTP {status}: {body[:200]!r}")
         try:
             reply = self._loads(body)
@@ -155,6 +158,10 @@ class SessionPoller:
 
 
 class _Retry(Exception):
-    def __init__(self, status: int) -> None:
+    """A retryable answer; `kind` is how its retry is counted (the store's 503 by its name)."""
+
+    def __init__(self, status: int, body: bytes = b"") -> None:
         super().__init__(status)
         self.status = status
+        unavailable = store_unavailable(status, body)
+        self.kind = STORE_UNAVAILABLE if unavailable else f"session_poll_{status}"

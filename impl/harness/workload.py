@@ -49,6 +49,20 @@ class ClientConfig:
     nice: int = 0
 
 
+#: The class of a sample that met the server's 503 "shared store unavailable" until its tries
+#: ran out; the retries that met it are counted under the same name (not as a status code).
+STORE_UNAVAILABLE = "store_unavailable"
+
+
+def store_unavailable(status: int | None, body: bytes | str) -> bool:
+    """True for the server's 503 while its shared store is away (`{"detail": "the shared store
+    at ... is unavailable ...; retry later"}`), which the client retries like the SDK."""
+    if status != 503:
+        return False
+    text = body[:400] if isinstance(body, str) else body[:400].decode(errors="replace")
+    return "shared store" in text
+
+
 class Failure(Exception):
     """A sample that did not complete; `kind` is its class in the report."""
 

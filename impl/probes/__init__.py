@@ -18,5 +18,9 @@ impl.probes.NAME`; its docstring says what it measures and how. The page quoting
 - `store_calls`: round trips and commands per result on the shared store, counted
   (docs/shared-store.md);
 - `offloop`: what handing a body to a decode process costs the event loop, per body size
-  (docs/offloop.md).
+  (docs/offloop.md);
+- `probe_rates`: /livez, /healthz and /readyz under `wrk`, req/s and server CPU per request
+  (docs/server.md: probes);
+- `store_aof`: the same load on a redis-server with and without the embedded store's
+  append-only file (CHANGELOG, issue 28).
 """

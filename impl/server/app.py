@@ -5,10 +5,12 @@ fails at start-up; opens the pool, the store and the event-loop lag monitor; yie
 `State` that routes read from `request.state.server` (raw routes: `scope["state"]["server"]`);
 and on shutdown wakes held polls, cancels forwards and closes the pool.
 
-`HotpathApp` sends the hot routes (asample, retrieve_future) straight to their raw ASGI
-handlers before FastAPI's middleware stack and router; every other request, and the OpenAPI
-schema, is plain FastAPI. With metrics on (the default), every HTTP request first passes the
-metrics' pure ASGI middleware (`impl.server.metrics.Metrics.http`), which times and counts it.
+`HotpathApp` sends the hot routes (asample, retrieve_future, retrieve_futures) and the probes
+(`/livez`, `/readyz`) straight to their raw ASGI handlers before FastAPI's middleware stack and
+router; every other request, and the OpenAPI schema, is plain FastAPI. A shared store that is
+away answers 503 + Retry-After on every route (`StoreUnavailable`, on the raw routes and here).
+With metrics on (the default), every HTTP request but the probes first passes the metrics'
+pure ASGI middleware (`impl.server.metrics.Metrics.http`), which times and counts it.
 """
 
 from __future__ import annotations
@@ -32,55 +34,59 @@ from impl.server.baseline import BaselineStore
 from impl.server.forward import BodyBudget, ForwardRunner
 from impl.server.limits import Limits
 from impl.server.picks import Picks
+from impl.server.protocol import QUIET_PATHS as QUIET
 from impl.server.routes._raw import RawRoute, respond
 from impl.server.routes.deps import ApiError
 from impl.server.schemas import openapi_components
 from impl.server.sessions import Sessions
 from impl.server.settings import Settings
 from impl.server.state import LagMonitor, State
-from impl.server.store import FutureStore, Retention
+from impl.server.store import FutureStore, Retention, StoreUnavailable
 from impl.server.store.memory import MemoryStore
 
 log = logging.getLogger("hotpath.server")
 
 
 class HotpathApp(FastAPI):
-    """FastAPI, except that POSTs to a RawRoute path skip the middleware stack and router."""
+    """FastAPI, except that requests to a RawRoute skip the middleware stack and router."""
 
     def __init__(self, *args: Any, limits: Limits | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: path -> raw ASGI handler, filled by create_app from the RawRoutes.
-        self.hot: dict[str, Any] = {}
+        #: (method, path) -> raw ASGI handler, filled by create_app from the RawRoutes.
+        self.hot: dict[tuple[str, str], Any] = {}
         self.limits = limits or Limits()
         #: impl.server.metrics.Metrics while the lifespan runs with metrics on
         self.metrics: Any = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.metrics is not None and scope["type"] == "http":
+        # the probes skip the metrics (an orchestrator's probes would be most of the counts)
+        if self.metrics is not None and scope["type"] == "http" and scope["path"] not in QUIET:
             await self.metrics.http(scope, receive, send, self.dispatch)
             return
         # `dispatch`, inlined: with --no-metrics no request pays for the metrics' plumbing
-        if scope["type"] == "http" and scope["method"] != "GET":
-            handler = self.hot.get(scope["path"]) if scope["method"] == "POST" else None
+        if scope["type"] == "http":
+            handler = self.hot.get((scope["method"], scope["path"]))
             if handler is not None:
                 await handler(scope, receive, send)
                 return
-            receive = await self._checked_body(scope, receive, send)
-            if receive is None:
-                return
+            if scope["method"] != "GET":
+                receive = await self._checked_body(scope, receive, send)
+                if receive is None:
+                    return
         await super().__call__(scope, receive, send)
 
     async def dispatch(self, scope: Any, receive: Any, send: Any) -> None:
         """A hot route's raw handler, else FastAPI once the body passed the limits (what the
         metrics middleware wraps)."""
-        if scope["type"] == "http" and scope["method"] != "GET":
-            handler = self.hot.get(scope["path"]) if scope["method"] == "POST" else None
+        if scope["type"] == "http":
+            handler = self.hot.get((scope["method"], scope["path"]))
             if handler is not None:
                 await handler(scope, receive, send)
                 return
-            receive = await self._checked_body(scope, receive, send)
-            if receive is None:
-                return
+            if scope["method"] != "GET":
+                receive = await self._checked_body(scope, receive, send)
+                if receive is None:
+                    return
         await super().__call__(scope, receive, send)
 
     async def _checked_body(self, scope: Any, receive: Any, send: Any) -> Any:
@@ -127,6 +133,7 @@ def _store(settings: Settings, encoder: Any) -> FutureStore:
             to_json=impl.encode.proto_to_json,
             lease=settings.store_lease,
             prefix=settings.store_prefix,
+            timeout=settings.store_timeout,
         )
     if settings.baseline:  # the old JSON dump: the reference (stdlib json) derivation
         return BaselineStore(
@@ -192,7 +199,7 @@ async def lifespan(
     state.gc.start()
     sync = None
     if metrics is not None:
-        from impl.server.metrics import SyncTimer
+        from impl.server.tallies import SyncTimer
 
         state.lag.observe, state.gc.observe = metrics.loop_lag, metrics.gc_pause
         sync = SyncTimer(metrics, state)
@@ -225,12 +232,24 @@ def _metrics(app: FastAPI, settings: Settings, picks: Picks) -> Any:
         ) from exc
     names = {family: p["name"] for family, p in picks.as_json().items()}
     store = "redis" if settings.store_kind() != "memory" else "memory"
-    return Metrics(names, baseline=settings.baseline, hot_paths=frozenset(app.hot), store=store)
+    paths = frozenset(path for _, path in app.hot)
+    return Metrics(names, baseline=settings.baseline, hot_paths=paths, store=store)
 
 
 def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+
+
+def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """503 + Retry-After while the shared store is away, on the FastAPI routes as on the hot
+    ones (the request changed nothing there: the client retries it as it is)."""
+    retry_after = request.state.server.retry_after.decode()
+    return JSONResponse(
+        {"detail": limits_module.unavailable_message(exc)},
+        status_code=503,
+        headers={"Retry-After": retry_after},
+    )
 
 
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -278,7 +297,13 @@ def create_app(settings: Settings, picks: Picks | None = None) -> FastAPI:
     )
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StoreUnavailable, _store_unavailable)
     routes.include(app)
-    app.hot = {r.path: r.raw for r in app.router.routes if isinstance(r, RawRoute)}
+    app.hot = {
+        (method, r.path): r.raw
+        for r in app.router.routes
+        if isinstance(r, RawRoute)
+        for method in r.methods
+    }
     _configure_openapi(app)
     return app

@@ -5,8 +5,13 @@ Each family's implementation is picked at start-up (explicit flag or variable, e
 recorded by `hotpath bench` here, else a short calibration, else a fixed preference order) and
 logged with the reason; `GET /healthz` shows the picks, the store, the answering process,
 event-loop lag and GC pauses. `--workers N` runs N processes on one port and one shared store
-(Redis/Valkey; with no `--store`, a redis-server it starts and stops itself).
-Once listening it prints one line on stdout:
+(Redis/Valkey; with no `--store`, a redis-server it starts, keeps running and stops itself).
+
+It listens before it picks and starts the app: meanwhile `impl.server.starting` answers
+`/livez` 200 and everything else 503 on that socket, then uvicorn takes the same socket over
+(with the HTTP limits of `impl.server.protocol`). On SIGTERM `/readyz` answers 503 and the
+server keeps serving `--drain-delay` seconds before it closes the socket and drains.
+Once uvicorn listens it prints one line on stdout:
 
     hotpath-server listening on http://HOST:PORT
 """
@@ -14,6 +19,7 @@ Once listening it prints one line on stdout:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import functools
 import gc
@@ -21,13 +27,13 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from impl import registry
 from impl.server import settings as settings_module
 
 if TYPE_CHECKING:
     import uvicorn
 
     from impl.server.picks import Picks
+    from impl.server.starting import Starting
 
 log = logging.getLogger("hotpath.server")
 STORE_HINT = "the shared store needs redis-py: pip install 'hotpath[store]'"
@@ -51,6 +57,7 @@ def uvicorn_config(settings: settings_module.Settings, picks: Picks) -> uvicorn.
 
     from impl.accesslog import uvicorn_log_config
     from impl.server.app import create_app
+    from impl.server.protocol import protocol_class
 
     config = uvicorn.Config(
         functools.partial(create_app, settings, picks),
@@ -58,7 +65,7 @@ def uvicorn_config(settings: settings_module.Settings, picks: Picks) -> uvicorn.
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http=protocol_class(settings),  # httptools, with head/header/timeout limits
         ws="none",
         lifespan="on",
         backlog=settings.backlog,
@@ -94,16 +101,23 @@ def tune_runtime(settings: settings_module.Settings, accesslog: str) -> None:
     gc.set_threshold(*settings.gc_thresholds())
 
 
-def _server(settings: settings_module.Settings, picks: Picks) -> uvicorn.Server:
-    """The uvicorn Server that runs `settings` with `picks`."""
+def _server(
+    settings: settings_module.Settings, picks: Picks, starting: Starting | None = None
+) -> uvicorn.Server:
+    """The uvicorn Server that runs `settings` with `picks` (and stops the start-up responder
+    `starting` once it listens)."""
     import uvicorn
 
     class Server(uvicorn.Server):
-        """uvicorn's Server that prints the ready line once it really listens, and answers
-        held polls (try_again) as soon as shutdown starts, not after the graceful timeout."""
+        """uvicorn's Server that prints the ready line once it really listens, drains with
+        /readyz at 503 on SIGTERM (`--drain-delay`), and answers held polls (try_again) as
+        soon as shutdown starts, not after the graceful timeout."""
 
         async def shutdown(self, sockets=None) -> None:
             state = getattr(self.lifespan, "state", {}).get("server")
+            if state is not None:
+                state.draining = True
+                await self._drain(settings.drain_delay)
             for acceptor in state.acceptors if state is not None else ():
                 acceptor.stop()
             if state is not None:
@@ -111,8 +125,18 @@ def _server(settings: settings_module.Settings, picks: Picks) -> uvicorn.Server:
                 state.store.wake_all()
             await super().shutdown(sockets)
 
+        async def _drain(self, seconds: float) -> None:
+            """Keep serving `seconds` (a second SIGINT cuts it short): /readyz says 503."""
+            if seconds > 0:
+                log.info("draining: serving %.1f s more with /readyz at 503", seconds)
+            end = asyncio.get_running_loop().time() + seconds
+            while not self.force_exit and asyncio.get_running_loop().time() < end:
+                await asyncio.sleep(min(0.1, seconds))
+
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)
+            if starting is not None:
+                starting.stop()  # uvicorn answers on the socket now
             if self.started:
                 if settings.eager_accept and not settings.baseline:
                     self._accept_eagerly()
@@ -153,13 +177,6 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s"
     )
-    from impl.server.picks import choose
-
-    try:
-        picks = choose(settings)
-    except (LookupError, registry.UnavailableError) as exc:
-        print(f"hotpath serve: {exc}", file=sys.stderr)
-        return 2
     limit = somaxconn()
     if limit is not None and settings.backlog > limit:
         log.warning(
@@ -174,24 +191,46 @@ def run(args: argparse.Namespace) -> int:
     if settings.workers > 1:
         from impl.server.workers import supervise
 
-        return supervise(settings, picks)
-    embedded = None
-    if settings.store_kind() == "embedded":
-        from impl.server.workers import start_embedded_store
+        return supervise(settings)
+    from impl.server.starting import Starting, listening_socket
 
-        embedded = start_embedded_store()
-        if embedded is None:
+    # A worker of --workers binds with SO_REUSEPORT and listens only once it can serve (the
+    # kernel would send a starting worker its share of the connections); one process listens
+    # at once and answers the probes while it picks and starts.
+    if settings.reuse_port:
+        from impl.server.workers import reuse_port_socket
+
+        sock, starting = reuse_port_socket(settings.host, settings.port), None
+    else:
+        try:
+            sock = listening_socket(settings.host, settings.port, settings.backlog)
+        except OSError as exc:
+            print(f"hotpath serve: cannot listen on {settings.host}:{settings.port}: {exc}",
+                  file=sys.stderr)  # fmt: skip
             return 2
-        settings = dataclasses.replace(settings, store=embedded.url)
+        starting = Starting(sock, "picking the implementations").start()
+    embedded = None
     try:
-        server = _server(settings, picks)
-        sockets = None
-        if settings.reuse_port:
-            from impl.server.workers import reuse_port_socket
+        from impl.server.picks import choose_or_explain
 
-            sockets = [reuse_port_socket(settings.host, settings.port)]
-        server.run(sockets=sockets)
+        picks = choose_or_explain(settings)
+        if picks is None:
+            return 2
+        if starting is not None:
+            starting.why = "starting the app (store, decode processes)"
+        if settings.store_kind() == "embedded":
+            from impl.server.workers import start_embedded_store
+
+            embedded = start_embedded_store()
+            if embedded is None:
+                return 2
+            settings = dataclasses.replace(settings, store=embedded.url)
+        server = _server(settings, picks, starting)
+        server.run(sockets=[sock])
     finally:
+        if starting is not None:
+            starting.stop()
+        sock.close()
         if embedded is not None:
             embedded.stop()
     return 0 if server.started else 3

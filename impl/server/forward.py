@@ -261,13 +261,13 @@ class ForwardRunner:
 
     async def _settle(self, finish: Any, record: Record, outcome: Any) -> None:
         """Store the outcome, retrying while a shared store is unreachable: a result the
-        engine was computing is never dropped because the store blinked."""
+        engine was computing is never dropped because the store blinked. Not logged per
+        sample: the store logs the outage once and counts each call it refused."""
         delay = 0.1
         while True:
             try:
                 return await finish(record, outcome)
-            except StoreUnavailable as exc:
-                log.warning("storing %s waits for the store: %s", record.request_id, exc)
+            except StoreUnavailable:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 

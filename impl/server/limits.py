@@ -26,6 +26,10 @@ import orjson
 
 #: Most characters of client input an error message quotes.
 QUOTE = 100
+#: The smallest --max-id-length: every id this server hands out must pass every route's check
+#: (the longest it makes is a sampling session id, "session-<8 hex>-<count>:sample:<seq id>",
+#: at most 37 + 8 + 16 = 61 characters).
+MIN_ID_LENGTH = 64
 #: Deepest nesting of arrays and objects a request body may have (the top level is depth 1;
 #: the SDK's bodies nest 5 deep).
 MAX_REQUEST_DEPTH = 32
@@ -97,6 +101,11 @@ def shorten(message: str, limit: int = 2 * QUOTE) -> str:
 def error_body(message: str) -> bytes:
     """The one error shape: `{"detail": message}`."""
     return orjson.dumps({"detail": message})
+
+
+def unavailable_message(exc: Exception) -> str:
+    """The detail of a 503 while the shared store is away (with Retry-After, on every route)."""
+    return f"{exc}; retry later"
 
 
 def declared_length(scope: dict[str, Any]) -> int | None:

@@ -11,6 +11,11 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
 - store gauges (`store_records{state}`, `store_stored_bytes`, `store_outstanding`,
   `forwards_in_flight`) and counters (`store_*_total`: submitted, dedup hits, late duplicates,
   completed, failed, delivered, evictions; `backpressure_rejections_total{limit}`: the 429s).
+- `store_unavailable_total{op}`: calls of this process that failed, or were refused at once,
+  while the shared store was away (`impl.server.store.redis.health`), by store operation;
+  `store_available` (1, or 0 while away or silent); `http_refused_total{reason}`: connections
+  refused by the HTTP limits before the application (`impl.server.protocol`: header_bytes,
+  header_count, header_timeout, body_timeout).
 - `held_polls_total{kind,reason}`: why held polls answered (`impl.server.store.held`: kind future or
   session; reason at_once, woken, batch_deadline, hold_expired, released), counted by each
   process for its own polls (also on a shared store), the same counts as /healthz `held_polls`.
@@ -22,13 +27,13 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
   process and Python collectors (CPU, RSS, fds, gc counts).
 
 Why it is cheap. A prometheus-client `Histogram.observe` takes a lock twice and scans the
-buckets (1–3 µs here, a few % of a 40–60 µs request). The hot path instead calls a `Tally`: a
-bisect into the bucket bounds and two additions on plain Python numbers (~0.3 µs, event-loop
-thread only); `sync()` (every second, and before each scrape) adds the tallies into the real
-histograms. Per request that leaves two `perf_counter` calls, a wrapped `send` that notes the
-status, a dict lookup and one tally; per sample, four more tallies. Store figures cost nothing
-on the hot path: the store already counts them, and `sync()` copies them into gauges and adds
-the counters' increments since the last sync.
+buckets (1–3 µs here, a few % of a 40–60 µs request). The hot path instead calls a `Tally`
+(tallies.py): a bisect into the bucket bounds and two additions on plain Python numbers (~0.3
+µs, event-loop thread only); `sync()` (every second, and before each scrape) adds the tallies
+into the real histograms. Per request that leaves two `perf_counter` calls, a wrapped `send`
+that notes the status, a dict lookup and one tally; per sample, four more tallies. Store figures
+cost nothing on the hot path: the store already counts them, and `sync()` copies them into
+gauges and adds the counters' increments since the last sync.
 
 Several processes. Every figure lives in a prometheus-client metric object (nothing is computed
 only at scrape time in one process), so prometheus-client's multiprocess mode works unchanged:
@@ -59,7 +64,9 @@ from prometheus_client import (
     generate_latest,
 )
 
+from impl.server.protocol import REASONS as HTTP_REFUSALS
 from impl.server.store.held import KINDS, REASONS
+from impl.server.tallies import Mirror, Tally
 
 #: Seconds; from a try_again answered at once to a poll held 30 s and a 20 MB result.
 REQUEST_BUCKETS = (
@@ -109,35 +116,6 @@ VERSIONED = (
     "aiohttp",
     "httpx",
 )
-
-
-class Tally:
-    """Observations of one histogram child counted in plain Python; `flush` adds them into the
-    child. Only the event-loop thread may call `observe` and `flush` (no lock). It reads the
-    child's `_upper_bounds`, `_buckets` and `_sum` (prometheus-client's histogram internals,
-    unchanged since 0.4; tests/server/test_metrics.py fails if they change)."""
-
-    __slots__ = ("bounds", "child", "counts", "total")
-
-    def __init__(self, child: Any) -> None:
-        self.child = child
-        self.bounds = list(child._upper_bounds)  # ends with +Inf
-        self.counts = [0] * len(self.bounds)
-        self.total = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(self.bounds, seconds)] += 1  # le: seconds <= bound
-        self.total += seconds
-
-    def flush(self) -> None:
-        counts, total = self.counts, self.total
-        if not any(counts):
-            return
-        self.counts, self.total = [0] * len(self.bounds), 0.0
-        for bucket, n in zip(self.child._buckets, counts, strict=True):
-            if n:
-                bucket.inc(n)
-        self.child._sum.inc(total)
 
 
 def multiprocess_dir() -> str | None:
@@ -219,8 +197,31 @@ class Metrics:
             ("kind", "reason"),
             registry=reg,
         )
-        self._held = {(k, r): held.labels(k, r) for k in KINDS for r in REASONS}
-        self._held_synced: dict[tuple[str, str], int] = dict.fromkeys(self._held, 0)
+        self._held = Mirror(held, [(k, r) for k in KINDS for r in REASONS])
+        self._unavailable = Mirror(
+            Counter(
+                "hotpath_store_unavailable",
+                "Store calls that failed, or were refused at once, while the shared store was "
+                "away, by operation",
+                ("op",),
+                registry=reg,
+            )
+        )
+        self._refused = Mirror(
+            Counter(
+                "hotpath_http_refused",
+                "Connections refused by the HTTP limits before the application, by reason",
+                ("reason",),
+                registry=reg,
+            ),
+            [(reason,) for reason in HTTP_REFUSALS],
+        )
+        self._available = Gauge(
+            "hotpath_store_available",
+            "1 while the store answers, 0 while a shared store is away or silent",
+            registry=reg,
+            multiprocess_mode="livemin",
+        )
         self._store_counters = {
             key: Counter("hotpath_" + name.removesuffix("_total"), f"store: {key}", registry=reg)
             for key, name in STORE_COUNTERS.items()
@@ -338,11 +339,12 @@ class Metrics:
             tally.flush()
         self._gauges["forwards_in_flight"].set(len(state.forwards.tasks))
         held = state.store.held_polls.counts  # this process's polls, on every store
-        for (kind, reason), counter in self._held.items():
-            count = held[kind][reason]
-            if count > self._held_synced[(kind, reason)]:
-                counter.inc(count - self._held_synced[(kind, reason)])
-            self._held_synced[(kind, reason)] = count
+        self._held.sync({(k, r): n for k, reasons in held.items() for r, n in reasons.items()})
+        self._refused.sync({(reason,): n for reason, n in state.http_refused.items()})
+        health = getattr(state.store, "health", None)  # this process's calls (a shared store)
+        if health is not None:
+            self._unavailable.sync({(op,): n for op, n in health.failed.items()})
+        self._available.set(0 if state.store.unavailable() else 1)
         if state.store.describe()["kind"] != "memory" and state.settings.worker_index != 0:
             return  # a shared store's figures count every process: worker 0 alone exports them
         stats = state.store.stats()
@@ -381,26 +383,3 @@ class Metrics:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=directory)
         return generate_latest(registry), CONTENT_TYPE_LATEST
-
-
-class SyncTimer:
-    """Calls `metrics.sync(state)` every `interval` seconds on the event loop."""
-
-    def __init__(self, metrics: Metrics, state: Any, interval: float = 1.0) -> None:
-        self.metrics, self.state, self.interval = metrics, state, interval
-        self._handle: Any = None
-
-    def start(self) -> None:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-
-        def tick() -> None:
-            self.metrics.sync(self.state)
-            self._handle = loop.call_later(self.interval, tick)
-
-        self._handle = loop.call_later(self.interval, tick)
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()

@@ -10,6 +10,7 @@ configuration (explicit flags still win). The automatic access-log pick never ch
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,15 @@ def choose(settings: Settings) -> Picks:
         p = getattr(picks, family)
         log.info("pick %s=%s: %s", family, p.name, p.reason)
     return picks
+
+
+def choose_or_explain(settings: Settings) -> Picks | None:
+    """`choose`, or None after printing for `hotpath serve` why a named one cannot run."""
+    try:
+        return choose(settings)
+    except (LookupError, registry.UnavailableError) as exc:
+        print(f"hotpath serve: {exc}", file=sys.stderr)
+        return None
 
 
 def create(picks: Picks, settings: Settings) -> dict[str, Any]:

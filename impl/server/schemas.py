@@ -14,6 +14,8 @@ import msgspec
 from msgspec import Meta, Struct
 from pydantic import BaseModel, ConfigDict, Field
 
+from impl.server.store.completions import CLONE_BLOCK
+
 Int32 = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 #: The largest id or seed accepted: int64, less 1023 so that a JSON Schema reader that parses
 #: numbers as doubles keeps the bound exact (2**63 - 1 reads back as 2**63, and schema-driven
@@ -23,6 +25,11 @@ INT64_MAX = 2**63 - 1024
 #: from 0). FastAPI's schema writes this bound as a double, and above 2**53 schema-driven
 #: clients have sent values past it that the server then refused.
 SAFE_INT_MAX = 2**53 - 1
+#: One bound for a sample's `seq_id` on every route: what asample accepts, retrieve_futures can
+#: poll (the clone of a seq_id is `seq_id // CLONE_BLOCK`, so CLONE_MAX is the clone of
+#: SEQ_ID_MAX); before, asample took any integer and a sample past 2**63 could never be polled.
+SEQ_ID_MAX = INT64_MAX
+CLONE_MAX = SEQ_ID_MAX // CLONE_BLOCK
 
 
 class EncodedTextChunk(Struct, tag_field="type", tag="encoded_text", kw_only=True):
@@ -46,7 +53,7 @@ class AsampleRequest(Struct, kw_only=True):
     """`/api/v1/asample`: unknown fields are ignored (the SDK sends more than we use)."""
 
     sampling_session_id: str
-    seq_id: Annotated[int, Meta(ge=0)]
+    seq_id: Annotated[int, Meta(ge=0, le=SEQ_ID_MAX)]
     prompt: ModelInput
     sampling_params: SamplingParams
     num_samples: Annotated[int, Meta(ge=1, le=256)] = 1
@@ -75,7 +82,7 @@ class SamplingSessionTarget(Struct, kw_only=True):
 
     type: Literal["sampling_session"] = "sampling_session"
     sampling_session_id: str
-    cloned_sampler_id: Annotated[int, Meta(ge=0, le=(2**63 - 1) // 1_000_000_000)] = 0
+    cloned_sampler_id: Annotated[int, Meta(ge=0, le=CLONE_MAX)] = 0
 
 
 class RetrieveFuturesRequest(Struct, kw_only=True):

@@ -147,7 +147,8 @@ class Settings:
     # -- request limits (impl/server/limits.py): bad input gets a short 4xx ------------------
     max_id_length: int = _opt(
         256,
-        "longest request_id, session_id, sampling_session_id, base_model or tag accepted (422)",
+        "longest request_id, session_id, sampling_session_id, base_model or tag accepted (422); "
+        "at least 64, so that every id the server hands out passes it",
     )
     max_body_bytes: int = _opt(
         64 << 10,
@@ -160,8 +161,34 @@ class Settings:
         "token plus --max-body-bytes (413)",
     )
     max_tags: int = _opt(64, "most tags a create_session may carry (422)")
+    # -- HTTP limits (impl/server/protocol.py): before a request reaches the app -------------
+    max_header_bytes: int = _opt(
+        32 << 10,
+        "most bytes of a request's head (request line and headers; nginx's "
+        "large_client_header_buffers 4 x 8k): over it, 431 and the connection closes",
+    )
+    max_headers: int = _opt(
+        100, "most header fields in one request (Apache's LimitRequestFields): over it, 431"
+    )
+    header_timeout: float = _opt(
+        10.0,
+        "seconds a request's head may take to arrive, from its first byte (or from the "
+        "connection's opening, for its first request): then 408 and the connection closes "
+        "(slowloris)",
+    )
+    body_timeout: float = _opt(
+        60.0,
+        "seconds a request's body may take to arrive after its head (not counting time the "
+        "server itself paused reading): then 408 and the connection closes",
+    )
     # -- end of request limits ---------------------------------------------------------------
     shutdown_timeout: float = _opt(5.0, "seconds held polls get to finish on shutdown")
+    drain_delay: float = _opt(
+        0.0,
+        "seconds the server keeps serving after SIGTERM, with /readyz answering 503, before it "
+        "closes its listening socket: time for a load balancer (a Kubernetes endpoint) to stop "
+        "sending it new requests",
+    )
     log_level: str = _opt("info", "uvicorn and server log level")
     gc_threshold: str = _opt(
         "50000,20,20",
@@ -196,6 +223,12 @@ class Settings:
     store_prefix: str = _opt(
         "hotpath:", "prefix of every key in the shared store (two deployments on one engine)"
     )
+    store_timeout: float = _opt(
+        1.0,
+        "seconds the shared store may take to answer a health ping (every 0.2 s): past it the "
+        "store counts as away, /readyz answers 503 and store calls answer 503 + Retry-After "
+        "at once until it answers again",
+    )
     worker_index: int = _opt(
         0,
         "this process's index among the processes on one store (--workers sets it; give "
@@ -220,17 +253,28 @@ class Settings:
             "max_result_bytes",
             "sample_max_concurrent_requests",
             "session_batch",
-            "max_id_length",
             "max_body_bytes",
             "max_prompt_tokens",
             "max_tags",
             "workers",
             "store_lease",
             "max_body_bytes_in_flight",
+            "max_header_bytes",
+            "max_headers",
+            "header_timeout",
+            "body_timeout",
+            "store_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        from impl.server.limits import MIN_ID_LENGTH
+
+        if self.max_id_length < MIN_ID_LENGTH:
+            raise ValueError(
+                f"max_id_length must be >= {MIN_ID_LENGTH} (the ids this server hands out are up "
+                f"to 61 characters long), got {self.max_id_length!r}"
+            )
         if self.offloop_nice is not None and not 0 <= self.offloop_nice <= 19:
             raise ValueError(f"offloop_nice must be 0..19, got {self.offloop_nice!r}")
         if self.offloop_count is not None and self.offloop_count < 1:
@@ -248,6 +292,7 @@ class Settings:
             "metadata_first_bytes",
             "worker_index",
             "offloop_min_bytes",
+            "drain_delay",
         )
         for name in nonnegative:
             if getattr(self, name) < 0:

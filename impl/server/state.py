@@ -137,6 +137,10 @@ class State:
     limits: Limits = field(default_factory=Limits)
     #: impl.server.accept.EagerAccept per listening socket (set once the server listens)
     acceptors: list[Any] = field(default_factory=list)
+    #: connections refused before the app, by reason (impl.server.protocol.REASONS)
+    http_refused: Counter[str] = field(default_factory=Counter)
+    #: set on SIGTERM: /readyz answers 503 while the server drains (--drain-delay)
+    draining: bool = False
 
     def uptime(self) -> float:
         return time.monotonic() - self.started

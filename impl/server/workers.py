@@ -1,16 +1,18 @@
 """`hotpath serve --workers N`: N server processes answering one port, all on one shared store.
 
 This process is a supervisor. It starts the embedded redis-server when no `--store` URL was
-given, holds the port (a socket bound with SO_REUSEPORT that never listens, so `--port 0`
-resolves once), and starts N `hotpath serve` children whose settings arrive as `HOTPATH_*`
-variables: the same settings and picks, the store's URL, `--worker-index i` and
-`--reuse-port` (and, unless set, a fresh `PROMETHEUS_MULTIPROC_DIR`, so that any worker's
-/metrics answers for all). Each child binds its own listening socket to that port with
-SO_REUSEPORT, so the kernel spreads new connections across the processes and no process hands
-sockets to another. Once every child printed its ready line, the supervisor prints its own. A
-child that exits unexpectedly (kill -9) is logged and started again; meanwhile the others answer
-every call, and the forwards it owned are taken over when their lease lapses. SIGTERM or SIGINT
-stops the children by PID, then the embedded store.
+given (and keeps it running: started again when it dies, `store/redis/keeper.py`), holds the
+port (a socket bound with SO_REUSEPORT that never listens, so `--port 0` resolves once; a
+second one answers the probes until the workers listen, `impl.server.starting`), and starts N
+`hotpath serve` children whose settings arrive as `HOTPATH_*` variables: the same settings and
+picks, the store's URL, `--worker-index i` and `--reuse-port` (and, unless set, a fresh
+`PROMETHEUS_MULTIPROC_DIR`, so that any worker's /metrics answers for all). Each child binds
+its own listening socket to that port with SO_REUSEPORT, so the kernel spreads new connections
+across the processes and no process hands sockets to another. Once every child printed its
+ready line, the supervisor prints its own. A child that exits unexpectedly (kill -9) is logged
+and started again; meanwhile the others answer every call, and the forwards it owned are taken
+over when their lease lapses. SIGTERM or SIGINT stops the children by PID, then the embedded
+store.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ import time
 from typing import IO
 
 from impl import registry
-from impl.server.picks import Picks
+from impl.server.picks import Picks, choose_or_explain
 from impl.server.settings import Settings, env_name
-from impl.server.store.redis.embedded import EmbeddedRedis, die_with_parent
+from impl.server.starting import Starting
+from impl.server.store.redis.embedded import die_with_parent
+from impl.server.store.redis.keeper import Keeper
 
 log = logging.getLogger("hotpath.server")
 _READY = re.compile(r"^hotpath-server listening on (http://\S+)$")
@@ -107,42 +111,59 @@ class Worker:
                 self.process.wait(timeout)
 
 
-def start_embedded_store() -> EmbeddedRedis | None:
-    """The embedded redis-server of `--store embedded` (one process or several); None, the
-    reason printed for `hotpath serve`, when it cannot start."""
-    from impl.server.store.redis import embedded
-
+def start_embedded_store() -> Keeper | None:
+    """The embedded redis-server of `--store embedded` (one process or several), supervised
+    (`impl.server.store.redis.keeper`); None, the reason printed for `hotpath serve`, when it
+    cannot start."""
+    keeper = Keeper()
     try:
-        return embedded.start()
+        keeper.start()
     except RuntimeError as exc:
         print(f"hotpath serve: {exc}", file=sys.stderr)
         return None
+    return keeper
 
 
-def supervise(settings: Settings, picks: Picks) -> int:
-    """Run `settings.workers` server processes until SIGTERM/SIGINT; the exit status."""
-    store = None
-    if settings.store_kind() == "embedded":
-        store = start_embedded_store()
-        if store is None:
-            return 2
-        log.info("embedded store: redis-server pid %d on %s", store.pid, store.url)
+def supervise(settings: Settings) -> int:
+    """Run `settings.workers` server processes until SIGTERM/SIGINT; the exit status.
+
+    While it picks the implementations, starts the embedded store and waits for its workers,
+    a second socket on the held port answers the probes (`impl.server.starting`)."""
     stopping = threading.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in signals}
-    metrics_dir = None
-    if settings.metrics and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # any worker's /metrics answers for all of them (prometheus-client multiprocess mode)
-        metrics_dir = tempfile.mkdtemp(prefix="hotpath-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     holder = reuse_port_socket(settings.host, settings.port)
     host, port = holder.getsockname()[:2]
-    shared = dataclasses.replace(settings, port=port, store=store.url if store else settings.store)
+    front = reuse_port_socket(host, port)
+    front.listen(settings.backlog)
+    starting: Starting | None = Starting(front, "picking the implementations").start()
+    store = None
+    metrics_dir = None
     workers: list[Worker] = []
     try:
+        picks = choose_or_explain(settings)
+        if picks is None:
+            return 2
+        if settings.store_kind() == "embedded":
+            starting.why = "starting the embedded store"
+            store = start_embedded_store()
+            if store is None:
+                return 2
+            log.info("embedded store: redis-server pid %d on %s", store.pid, store.url)
+        if settings.metrics and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            # any worker's /metrics answers for all of them (prometheus-client multiprocess mode)
+            metrics_dir = tempfile.mkdtemp(prefix="hotpath-metrics-")
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        shared = dataclasses.replace(
+            settings, port=port, store=store.url if store else settings.store
+        )
+        starting.why = "starting the worker processes"
         workers = [Worker(i, child_environment(shared, picks, i)) for i in range(settings.workers)]
         if not _await_ready(workers, stopping, timeout=120.0):
             return 3
+        starting.stop(drain=True)  # the workers listen: answer what is queued here, then close
+        front.close()
+        starting = None
         print(f"hotpath-server listening on http://{host}:{port}", flush=True)
         while not stopping.wait(0.2):
             for i, worker in enumerate(workers):
@@ -157,10 +178,13 @@ def supervise(settings: Settings, picks: Picks) -> int:
                     workers[i] = Worker(i, child_environment(shared, picks, i))
         return 0
     finally:
+        if starting is not None:
+            starting.stop()
+            front.close()
         for worker in workers:  # all at once: each gets the whole shutdown time
             worker.terminate()
         for worker in workers:
-            worker.stop(settings.shutdown_timeout + 5.0)
+            worker.stop(settings.shutdown_timeout + settings.drain_delay + 5.0)
         holder.close()
         if store is not None:
             store.stop()

@@ -299,10 +299,10 @@ def test_limits_come_from_the_settings():
     from impl.server.settings import Settings
 
     limits = Limits.from_settings(
-        Settings(max_id_length=8, max_body_bytes=100, max_prompt_tokens=10, max_tags=2)
+        Settings(max_id_length=64, max_body_bytes=100, max_prompt_tokens=10, max_tags=2)
     )
-    assert "the limit is 8 (--max-id-length)" in limits.id_problem("request_id", "x" * 9)
-    assert limits.id_problem("request_id", "x" * 8) is None
+    assert "the limit is 64 (--max-id-length)" in limits.id_problem("request_id", "x" * 65)
+    assert limits.id_problem("request_id", "x" * 64) is None
     assert limits.body_cap("/api/v1/session_heartbeat") == (100, "--max-body-bytes")
     assert limits.body_cap("/api/v1/telemetry")[0] == 1600
     assert limits.body_cap("/api/v1/retrieve_futures") == (25600, "256 x --max-body-bytes")
@@ -310,3 +310,6 @@ def test_limits_come_from_the_settings():
     for name in ("max_id_length", "max_body_bytes", "max_prompt_tokens", "max_tags"):
         with pytest.raises(ValueError, match=name):
             Settings(**{name: 0})
+    # below the longest id the server itself hands out, its own ids would get 422
+    with pytest.raises(ValueError, match="max_id_length must be >= 64"):
+        Settings(max_id_length=63)

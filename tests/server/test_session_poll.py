@@ -200,3 +200,49 @@ def test_join_sampling_session_hands_out_clone_ids(api):
     reply = _poll(api, ssid, clone=2)
     assert [c["request_id"] for c in reply.json()["completions"]] == [request_id]
     assert _poll(api, ssid, timeout=0).json()["completions"] == []
+
+
+def test_one_bound_for_seq_ids_across_routes(api):
+    """What asample accepts, retrieve_futures can poll: seq_id up to SEQ_ID_MAX is accepted and
+    its completion is reported to its clone (SEQ_ID_MAX // 1_000_000_000, the largest clone
+    the poll accepts); one more is refused by asample (422) as by the poll (its clone, too)."""
+    from impl.server.schemas import CLONE_MAX, SEQ_ID_MAX
+
+    assert CLONE_MAX == SEQ_ID_MAX // 1_000_000_000
+    ssid = api.sampling_session()
+    request_id = api.asample(ssid, SEQ_ID_MAX, seed=5).json()["request_id"]
+    reply = _poll(api, ssid, clone=CLONE_MAX)
+    assert reply.status_code == 200, reply.text
+    assert [c["request_id"] for c in reply.json()["completions"]] == [request_id]
+    refused = api.asample(ssid, SEQ_ID_MAX + 1, seed=5)
+    assert refused.status_code == 422 and "seq_id" in refused.json()["detail"], refused.text
+    assert _poll(api, ssid, clone=CLONE_MAX + 1).status_code == 422
+    assert api.asample(ssid, 10**30, seed=5).status_code == 422  # the issue's case
+
+
+def test_the_ids_the_server_makes_pass_its_smallest_id_limit(upstream):
+    """--max-id-length at its minimum (64): the longest ids this server hands out (a sampling
+    session of the largest seq id the schema allows) pass every route's check."""
+    from impl.server.limits import MIN_ID_LENGTH
+    from impl.server.schemas import SAFE_INT_MAX
+
+    with start_server(upstream.url, "--max-id-length", str(MIN_ID_LENGTH)) as server:
+        api = Api(server.url)
+        try:
+            session = api.post("/api/v1/create_session", {"tags": []}).json()["session_id"]
+            made = api.post(
+                "/api/v1/create_sampling_session",
+                {"session_id": session, "sampling_session_seq_id": SAFE_INT_MAX,
+                 "base_model": "m"},
+            )  # fmt: skip
+            ssid = made.json()["sampling_session_id"]
+            assert len(ssid) <= MIN_ID_LENGTH
+            request_id = api.asample(ssid, 1, seed=6).json()["request_id"]
+            assert api.result(request_id).status_code == 200
+            assert _poll(api, ssid, timeout=0).status_code == 200
+            joined = api.post("/api/v1/join_sampling_session", {"sampling_session_id": ssid})
+            assert joined.status_code == 200
+            beat = api.post("/api/v1/session_heartbeat", {"session_id": session})
+            assert beat.status_code == 200
+        finally:
+            api.close()

@@ -184,7 +184,12 @@ def test_uvicorn_configuration(no_measurements):
     settings = Settings(calibrate=False)
     config = cli.uvicorn_config(settings, picks.choose(settings))
     assert config.factory is True
-    assert config.loop == "uvloop" and config.http == "httptools"
+    # httptools, with the HTTP limits (impl/server/protocol.py) bound to the settings
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    assert config.loop == "uvloop" and issubclass(config.http, HttpToolsProtocol)
+    assert (config.http.max_head, config.http.max_headers) == (32768, 100)
+    assert (config.http.header_timeout, config.http.body_timeout) == (10.0, 60.0)
     assert config.backlog == 4096  # the connection limit, not uvicorn's 2048
     assert config.timeout_keep_alive == 75
     handlers = config.log_config["loggers"]["uvicorn.access"]["handlers"]

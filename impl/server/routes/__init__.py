@@ -12,3 +12,4 @@ def include(app: FastAPI) -> None:
         app.include_router(module.router)
     app.router.routes.extend(sampling.routes())
     app.router.routes.extend(futures.routes())
+    app.router.routes.extend(health.routes())

@@ -113,7 +113,7 @@ def _store_guard(handler: ASGIApp) -> ASGIApp:
             return await handler(scope, receive, send)
         except StoreUnavailable as exc:
             retry_after = scope["state"]["server"].retry_after
-            message = limits.error_body(f"{exc}; retry later")
+            message = limits.error_body(limits.unavailable_message(exc))
             return await respond(send, 503, message, headers=((b"retry-after", retry_after),))
 
     return guarded

@@ -26,7 +26,14 @@ from impl.server.schemas import (
 from impl.server.state import State
 
 _UNKNOWN = {404: error_response("unknown session")}
-router = APIRouter(prefix="/api/v1", tags=["sessions"], responses=AUTH_RESPONSES)
+#: every session route reads or writes the shared store when there is one
+_STORE_DOWN = {
+    503: {
+        **error_response("the shared store is unreachable: retry after Retry-After seconds"),
+        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+    }
+}
+router = APIRouter(prefix="/api/v1", tags=["sessions"], responses={**AUTH_RESPONSES, **_STORE_DOWN})
 
 
 def _unknown(session_id: str) -> ApiError:

@@ -184,6 +184,9 @@ class FutureStore(Protocol):
     #: why this process's held polls answered (`impl.server.store.held`; /healthz `held_polls`)
     held_polls: HeldPolls
 
+    def unavailable(self) -> str | None:
+        """Why the store cannot serve now (a shared store away or silent; /readyz), or None."""
+
     def describe(self) -> dict[str, Any]:
         """What /healthz shows about the store: its kind and address (no secrets)."""
 

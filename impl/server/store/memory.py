@@ -85,6 +85,10 @@ class MemoryStore:
     async def aclose(self) -> None:
         self.close()
 
+    def unavailable(self) -> str | None:
+        """Never: the records live in this process."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "memory", "address": None}
 

@@ -1,5 +1,6 @@
 """The shared store's background work, one loop each: wake-ups from pub/sub, the counters'
-refresh, lease renewal and takeover (redis_store.py says why each exists).
+refresh, lease renewal and takeover (store.py says why each exists; whether the engine answers
+is the health thread's, health.py).
 
 A mixin of `RedisStore`: it uses the store's clients, keys, scripts and local state.
 """
@@ -35,6 +36,7 @@ class StoreBackground:
     view: dict[str, int]
     on_takeover: Any
     session_logs: Any
+    health: Any
 
     def _wake(self, request_id: str) -> None:
         self.recent[request_id] = None
@@ -65,6 +67,7 @@ class StoreBackground:
                         self._on_message(message["data"].decode())
             except (RedisError, OSError):
                 self.listening = False
+                self.health.count("subscribe")
                 await asyncio.sleep(0.5)
             finally:
                 self.listening = False
@@ -90,31 +93,33 @@ class StoreBackground:
             self.view[name.decode()] = int(value)
 
     async def _refresh_loop(self) -> None:
+        """The counters' view, every `refresh_interval`; whether the engine is there is the
+        health thread's to say (health.py), so a failed refresh is only skipped."""
         while True:
-            try:
-                await self.refresh()
-                if self.error is not None:
-                    log.warning("the shared store at %s is back", self.address)
-                self.error = None
-            except (RedisError, OSError) as exc:
-                if self.error is None:
-                    log.warning("the shared store at %s is unavailable: %s", self.address, exc)
-                self.error = f"{type(exc).__name__}: {exc}"
+            if self.health.away is None:
+                try:
+                    await self.refresh()
+                except (RedisError, OSError):
+                    self.health.count("refresh")
             await asyncio.sleep(self.refresh_interval)
 
     async def _lease_loop(self) -> None:
         """Renew this process's leases four times per lease."""
         while True:
             await asyncio.sleep(self.lease_ms / 4000)
-            with contextlib.suppress(RedisError, OSError):
+            try:
                 await self.renew()
+            except (RedisError, OSError):
+                self.health.count("renew")  # counted, logged with the outage
 
     async def _takeover_loop(self) -> None:
         """Claim and forward again records whose owner's lease lapsed (twice per lease)."""
         while True:
             await asyncio.sleep(self.lease_ms / 2000)
-            with contextlib.suppress(RedisError, OSError):
+            try:
                 await self.take_over()
+            except (RedisError, OSError):
+                self.health.count("take_over")
 
     async def renew(self) -> None:
         if self.owned:

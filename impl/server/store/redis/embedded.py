@@ -3,9 +3,11 @@ the server (`hotpath serve --workers N` with no `--store`, or `--store embedded`
 
 The binary is Debian's `redis-server` package (Redis 7; `apt-get install redis-server`, which
 `.ci/run` does on a fresh machine). It listens on no TCP port, only on a socket in a private
-temp dir (mode 0700), keeps nothing on disk (`save ""`, no AOF) and is stopped by its PID. The
-PyPI wheels that bundle a server binary carry Redis 6 and were last released years ago, so the
-distribution's package is the maintained source.
+temp dir (mode 0700), and is stopped by its PID. It writes an append-only file in that dir
+(`PERSISTENCE`: every acknowledged write reaches the kernel before the reply, so a killed
+redis-server loses nothing when it is started again on the same dir; `keeper.py` does that),
+no snapshots. The PyPI wheels that bundle a server binary carry Redis 6 and were last released
+years ago, so the distribution's package is the maintained source.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ import time
 from dataclasses import dataclass, field
 
 PR_SET_PDEATHSIG = 1
+#: Append-only file, written (not fsynced) before each reply: `appendfsync no` leaves the fsync
+#: to the kernel, so a killed redis-server loses no acknowledged write (the kernel has it) and
+#: pays no fsync; only a crash of the machine could lose the last seconds, and that takes the
+#: server processes (and the results' clients) with it.
+PERSISTENCE = ("--appendonly", "yes", "--appendfsync", "no")
 INSTALL_HINT = (
     "the embedded store needs the redis-server binary (Redis >= 7): "
     "`apt-get install redis-server`, or pass --store redis://HOST:PORT/DB"
@@ -72,11 +79,13 @@ class EmbeddedRedis:
 def start(
     timeout: float = 15.0, directory: str | None = None, extra: tuple[str, ...] = ()
 ) -> EmbeddedRedis:
-    """Start redis-server on a socket in `directory` (default: a new temp dir), with `extra`
-    server options; RuntimeError saying why it did not start."""
+    """Start redis-server on a socket in `directory` (default: a new temp dir, removed again if
+    it does not start), with `extra` server options; RuntimeError saying why it did not start.
+    A `directory` used before keeps its append-only file: the engine starts with its data."""
     path = binary()
     if path is None:
         raise RuntimeError(INSTALL_HINT)
+    created = directory is None
     directory = directory or tempfile.mkdtemp(prefix="hotpath-store-")
     sock = os.path.join(directory, "redis.sock")
     command = [
@@ -86,7 +95,7 @@ def start(
         "--unixsocketperm", "700",
         "--dir", directory,
         "--save", "",
-        "--appendonly", "no",
+        *PERSISTENCE,
         "--daemonize", "no",
         "--loglevel", "warning",
         "--logfile", os.path.join(directory, "redis.log"),
@@ -110,12 +119,13 @@ def start(
             except redis.RedisError:
                 pass
         time.sleep(0.02)
-    log_tail = _tail(os.path.join(directory, "redis.log"))
-    server.stop()
+    log_tail = tail(os.path.join(directory, "redis.log"))
+    server.stop(keep=not created)
     raise RuntimeError(f"redis-server did not start within {timeout:.0f} s: {log_tail}")
 
 
-def _tail(path: str, size: int = 2000) -> str:
+def tail(path: str, size: int = 2000) -> str:
+    """The end of redis-server's log file (what it said before it stopped)."""
     try:
         with open(path, "rb") as f:
             return f.read()[-size:].decode(errors="replace")

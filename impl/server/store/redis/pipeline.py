@@ -12,7 +12,9 @@ relies on a MULTI. Scripts run by EVALSHA: they are loaded when the store opens,
 NOSCRIPT reply (an engine restarted empty) loads them again and resends those calls once.
 
 `round_trips` and `commands` count what went to the engine, so calls per result can be
-counted rather than estimated.
+counted rather than estimated. `fail_pending` fails every call queued or in flight at once (the
+store's health check found the engine away: a stalled engine would never answer them), and
+`settled` awaits several calls of one caller so that none of their errors goes unretrieved.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class AutoPipeline:
             name: hashlib.sha1(text.encode()).hexdigest() for name, text in scripts.items()
         }
         self.queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self.sending: set[asyncio.Task[None]] = set()
+        #: batches on their way to the engine, by the task sending each
+        self.sending: dict[asyncio.Task[None], list[tuple[tuple[Any, ...], Any]]] = {}
         self.round_trips = 0
         self.commands = 0
 
@@ -57,9 +60,23 @@ class AutoPipeline:
 
     def _flush(self) -> None:
         batch, self.queue = self.queue, []
+        if not batch:  # fail_pending emptied it
+            return
         task = asyncio.get_running_loop().create_task(self._send(batch))
-        self.sending.add(task)
-        task.add_done_callback(self.sending.discard)
+        self.sending[task] = batch
+        task.add_done_callback(lambda done: self.sending.pop(done, None))
+
+    def fail_pending(self, error: Exception) -> None:
+        """Fail every call queued or on its way with `error`; the sends are cancelled (redis-py
+        drops a connection whose reply was not read)."""
+        batches = [self.queue, *self.sending.values()]
+        self.queue = []
+        for batch in batches:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+        for task in list(self.sending):
+            task.cancel()
 
     async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
         try:
@@ -95,3 +112,13 @@ class AutoPipeline:
             self.round_trips += 1
             self.commands += len(commands)
             return await pipe.execute(raise_on_error=False)
+
+
+async def settled(*futures: asyncio.Future[Any]) -> list[Any]:
+    """The results of `futures` once every one is done; the first error is raised then (the
+    others' are retrieved, so none is logged as "never retrieved")."""
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results

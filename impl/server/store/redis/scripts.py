@@ -145,9 +145,15 @@ def clients(url: str, connections: int) -> tuple[Any, Any]:
     )
     # Lease renewal, takeover and the counters' refresh have their own connection: a pool
     # busy with large payloads must not delay a renewal past the lease (a takeover of a
-    # forward that is still running generates the sample twice).
+    # forward that is still running generates the sample twice). Its calls give up after 5 s:
+    # a stalled engine's answer is not awaited forever (whether the engine is there at all is
+    # the health thread's to say, health.py).
     control = redis.Redis.from_url(
-        url, single_connection_client=True, socket_connect_timeout=10.0, driver_info=None
+        url,
+        single_connection_client=True,
+        socket_connect_timeout=10.0,
+        socket_timeout=5.0,
+        driver_info=None,
     )
     return redis.Redis(connection_pool=pool), control
 
@@ -165,13 +171,24 @@ def address(url: str) -> str:
 
 
 def guard(method: Callable) -> Callable:
-    """Engine errors raised by `method` become StoreUnavailable with the address and cause."""
+    """`method`, failing at once with StoreUnavailable while the store's health says it is away,
+    and turning engine errors into StoreUnavailable with the address and cause; either way the
+    call is counted by operation (`StoreHealth.count`), never logged one by one."""
+    op = method.__name__.lstrip("_")
 
     @functools.wraps(method)
     async def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        health = self.health
+        if health.away is not None:
+            health.count(op)
+            raise StoreUnavailable(health.away)
         try:
             return await method(self, *args, **kwargs)
+        except StoreUnavailable:  # failed by the health check while it waited (on_away)
+            health.count(op)
+            raise
         except (RedisError, OSError) as exc:
+            health.count(op)
             raise StoreUnavailable(
                 f"the shared store at {self.address} is unavailable ({type(exc).__name__}: {exc})"
             ) from exc

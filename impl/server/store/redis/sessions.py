@@ -48,8 +48,9 @@ class RedisSessions:
     """Sessions and sampling sessions in Redis/Valkey, with a local base-model cache."""
 
     def __init__(self, store: RedisStore) -> None:
-        self.store = store  # its client and address; `_guard` reads `address`
+        self.store = store  # its client and address; `guard` reads `address` and `health`
         self.address = store.address
+        self.health = store.health
         self.client = store.client
         self.prefix = store.prefix
         self.models: dict[str, str] = {}

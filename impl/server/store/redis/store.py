@@ -30,10 +30,12 @@ record is one Lua script, so it is atomic across processes and costs one round t
   and a reconnected subscriber wakes every local waiter to re-read.
 - Session polling: completion logs in the engine, appended by FINISH (redis_completions.py).
 
-The request path's calls of one event-loop iteration share one round trip (redis_pipeline.py).
+The request path's calls of one event-loop iteration share one round trip (pipeline.py).
 Any engine error (connection refused, timeout, loading) becomes `StoreUnavailable`, answered
-503 with Retry-After; the client reconnects by itself. Scripts: redis_scripts.py; background
-loops: redis_background.py.
+503 with Retry-After; a thread pings the engine (health.py), and while it is away (refused, or
+no answer within `timeout`, 1 s) every call fails at once, the calls in flight included, and is
+counted; the outage is logged when it starts and when it ends. Scripts: scripts.py; background
+loops: background.py.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ from impl.server.store.redis import scripts as lua
 from impl.server.store.redis.background import StoreBackground
 from impl.server.store.redis.completions import SCRIPTS as SESSION_SCRIPTS
 from impl.server.store.redis.completions import RedisSessionLogs, SessionPolling
-from impl.server.store.redis.pipeline import AutoPipeline
+from impl.server.store.redis.health import StoreHealth
+from impl.server.store.redis.pipeline import AutoPipeline, settled
 from impl.server.store.redis.scripts import address, bucket, guard, now_ms, unkey
 
 log = logging.getLogger("hotpath.server")
@@ -91,6 +94,7 @@ class RedisStore(SessionPolling, StoreBackground):
         prefix: str = "hotpath:",
         refresh_interval: float = 0.2,
         connections: int = 64,
+        timeout: float = 1.0,
     ) -> None:
         self.url = url
         self.address = address(url)
@@ -133,7 +137,10 @@ class RedisStore(SessionPolling, StoreBackground):
         self.on_takeover: Callable[[Record, bytes, str], None] | None = None
         self.view = {"pending": 0, "stored_bytes": 0, **dict.fromkeys(_COUNTERS, 0)}
         self.rtt_ms: float | None = None
-        self.error: str | None = None
+        #: is the engine answering (a ping thread); calls fail at once while it is away
+        self.health = StoreHealth(url, self.address, timeout=timeout)
+        self.health.on_away = self._went_away
+        self.health.on_back = self._came_back
         self._tasks: list[asyncio.Task[None]] = []
         #: why held polls answered, this process (/healthz `held_polls`)
         self.held_polls = HeldPolls()
@@ -148,6 +155,7 @@ class RedisStore(SessionPolling, StoreBackground):
         loop = asyncio.get_running_loop()
         for work in (self._listen, self._refresh_loop, self._lease_loop, self._takeover_loop):
             self._tasks.append(loop.create_task(work()))
+        self.health.start()
 
     async def open(self) -> None:
         """Check the engine answers (a wrong URL fails start-up), then start background work."""
@@ -167,22 +175,37 @@ class RedisStore(SessionPolling, StoreBackground):
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
+        self.health.on_away = self.health.on_back = None
         self.wake_all()
         self.session_logs.release()
 
     async def aclose(self) -> None:
         self.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.to_thread(self.health.stop)
         await self.client.aclose()
         await self.control.aclose()
+
+    def unavailable(self) -> str | None:
+        """Why the store cannot serve now (/readyz), or None."""
+        return self.health.reason()
+
+    def _went_away(self, reason: str) -> None:
+        """The engine went away: the calls already sent fail now rather than at their socket
+        timeout (a stalled engine never answers them)."""
+        self.pipe.fail_pending(StoreUnavailable(reason))
+
+    async def _came_back(self) -> None:
+        """Drop the idle pooled connections before calls resume: the old engine closed them."""
+        with contextlib.suppress(RedisError, OSError):
+            await self.client.connection_pool.disconnect(inuse_connections=False)
 
     def describe(self) -> dict[str, Any]:
         return {
             "kind": "redis",
             "address": self.address,
             "rtt_ms": self.rtt_ms,
-            "available": self.error is None,
-            "error": self.error,
+            **self.health.describe(),
             "lease_s": self.lease_ms / 1000,
             "forwards_owned": len(self.owned),
             "round_trips": self.pipe.round_trips,  # this process's request path
@@ -249,8 +272,8 @@ class RedisStore(SessionPolling, StoreBackground):
 
     async def _read(self, request_id: str, record: Record | None = None) -> Record | None:
         fields = self.pipe.call("HMGET", self._record_key(request_id), "s", "n", "k", "e")
-        payload = await self.pipe.call("GET", self._payload_key(request_id))
-        state, n, key, error = await fields
+        payload = self.pipe.call("GET", self._payload_key(request_id))
+        (state, n, key, error), payload = await settled(fields, payload)
         if state is None:
             return None
         if record is None:
@@ -305,9 +328,7 @@ class RedisStore(SessionPolling, StoreBackground):
                 record.key[0] if record.key else "",
             ],
         )
-        if stored is not None:
-            await stored
-        await finished
+        await settled(finished, *([stored] if stored is not None else []))
         self.owned.discard(record.request_id)
         record.state = state
         self._wake(record.request_id)
@@ -358,8 +379,15 @@ class RedisStore(SessionPolling, StoreBackground):
         if future is None:  # first miss here computes; concurrent misses await it
             future = asyncio.ensure_future(self._derive_json(record))
             self.json_futures[record.request_id] = future
-            future.add_done_callback(lambda _: self.json_futures.pop(record.request_id, None))
+            future.add_done_callback(lambda f: self._derived(record.request_id, f))
         return await asyncio.shield(future)
+
+    def _derived(self, request_id: str, future: asyncio.Future[bytes]) -> None:
+        """Forget a finished derivation; its exception is retrieved here too (the callers that
+        awaited it got it; a derivation whose callers all left must not log it later)."""
+        self.json_futures.pop(request_id, None)
+        if not future.cancelled():
+            future.exception()
 
     async def _derive_json(self, record: Record) -> bytes:
         text = await to_json_off_loop(self.to_json, record.payload)
@@ -370,6 +398,9 @@ class RedisStore(SessionPolling, StoreBackground):
 
     async def delivered(self, record: Record) -> None:
         """Start the retrieved clock; if the store is down, the result keeps its longer TTL."""
+        if self.health.away is not None:
+            self.health.count("delivered")
+            return
         deadline = time.time() * 1000 + self.retrieved_ms
         try:
             await self.pipe.script(
@@ -383,11 +414,11 @@ class RedisStore(SessionPolling, StoreBackground):
                 ],
                 [self.retrieved_ms, self.retrieved_ms + self.dedup_ms, bucket(deadline)],
             )
-        except (RedisError, OSError) as exc:
-            log.warning("delivery of %s not recorded: %s", record.request_id, exc)
+        except (RedisError, OSError, StoreUnavailable):  # the response has already started
+            self.health.count("delivered")  # counted, not logged per request
 
     def pressure(self) -> str | None:
-        if self.error is not None:
+        if self.health.away is not None:
             return None  # the next store call answers 503 with the reason
         view = self.view
         return self.retention.refusal(view["pending"], view["stored_bytes"], " in the shared store")
