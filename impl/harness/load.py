@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from impl.harness import faults, presets, procs, report
+from impl.harness import burner, faults, presets, procs, report
 from impl.harness.drive import client_configs as client_configs
 from impl.harness.drive import drive
 
@@ -181,6 +181,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="py-spy the server: PREFIX.speedscope.json and PREFIX.svg",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--background-load",
+        type=float,
+        metavar="FRACTION",
+        help="run a CPU burner beside the load: one process per core, each busy FRACTION "
+        "(0 < F <= 1) of every 10 ms at the server's priority, like a neighbour on the same "
+        "host; for the whole load test (both runs of --compare), stopped with it",
+    )
 
 
 def scenario_from_args(args: argparse.Namespace, shared: bool = True) -> presets.Scenario:
@@ -326,6 +334,12 @@ def run(args: argparse.Namespace) -> int:
         except procs.PySpyMissing as exc:
             print(f"hotpath loadtest --profile: {exc}", file=sys.stderr)
             return 2
+    try:  # one burner for the whole load test, so both sides of --compare run beside it
+        runs_budget = (scenario.timeout + 300) * (2 if args.compare else 1)
+        background = burner.start(args.background_load, seconds=runs_budget)
+    except ValueError as exc:
+        print(f"hotpath loadtest: {exc}", file=sys.stderr)
+        return 2
     runs = []
     label = "baseline" if args.baseline else ("picked" if not args.url else "server")
     if args.compare == "baseline":
@@ -360,12 +374,21 @@ def run(args: argparse.Namespace) -> int:
     ):  # same implementations, another decode design
         other = inline_scenario(scenario, runs[0], args.compare)
         runs.insert(0, run_scenario(other, label=args.compare, **common))
+    if background is not None:
+        background.stop()
     summaries = [report.summarize(r) for r in runs]
     print(
         f"\nhotpath loadtest --preset {args.preset}: {scenario.num_requests} samples x "
         f"{scenario.num_samples} of {scenario.max_tokens} tokens, {args.client} client, "
         f"poll {scenario.poll}, load nice {scenario.load_nice}"
     )
+    if background is not None:
+        used = background.stats()
+        print(
+            f"background load: {used['processes']} burner processes busy {used['fraction']:g} "
+            f"of every {used['period_ms']:g} ms (used {used['cpu_seconds']} CPU s in "
+            f"{used['wall_seconds']} s)"
+        )
     if len(summaries) == 2:
         print(report.render_compare(*summaries))
     else:
@@ -379,6 +402,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         data = report.report_json(runs, environment=environment())
         data["argv"] = sys.argv
+        data["background_load"] = background.stats() if background is not None else None
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(data, indent=1))
         print(f"report: {args.report}")

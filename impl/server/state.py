@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.server.forward import ForwardRunner
+from impl.server.intake import Intake
 from impl.server.limits import Limits
 from impl.server.picks import Picks
 from impl.server.sessions import Sessions
@@ -137,6 +138,8 @@ class State:
     limits: Limits = field(default_factory=Limits)
     #: impl.server.accept.EagerAccept per listening socket (set once the server listens)
     acceptors: list[Any] = field(default_factory=list)
+    #: asamples admitted per loop turn (impl.server.intake)
+    intake: Intake = field(default_factory=lambda: Intake(0))
 
     def uptime(self) -> float:
         return time.monotonic() - self.started

@@ -128,6 +128,7 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
     state = scope["state"]["server"]
+    await state.intake.turn()  # a burst of submissions waits its turn (impl.server.intake)
     bounds = state.limits
     cap = bounds.asample_body_bytes
     request = await _decode(_ASAMPLE, scope, receive, send, cap, "--max-prompt-tokens")
