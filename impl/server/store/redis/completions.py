@@ -47,9 +47,9 @@ from impl.server.store.held import AT_ONCE, RELEASED, WOKEN, hold_until, settle
 from impl.server.store.redis.scripts import bucket, guard, now_ms
 
 # KEYS: meta hash, list. ARGV: clone, cursor, limit, batch size, pause floor ms, batch wait
-# ms, record key prefix, final (1: answer whatever there is), pause intervals. Returns -1 for an unknown cursor;
-# {0} when there is nothing to answer yet; {1, ms} when a batch is filling (hold that much
-# longer, then read again); else {2, new cursor, entry...}. The batching rule is
+# ms, record key prefix, final (1: answer whatever there is), pause intervals. Returns -1 for
+# an unknown cursor; {0} when there is nothing to answer yet; {1, ms} when a batch is filling
+# (hold that much longer, then read again); else {2, new cursor, entry...}. The batching rule is
 # `impl.server.store.completions.hold_for`, on the engine's clock (each entry ends with the ms
 # it arrived, FINISH's TIME).
 ANSWER = """

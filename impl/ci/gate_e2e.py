@@ -1,0 +1,335 @@
+"""The gate's end-to-end stage: a sample's whole path, the base commit's server against HEAD's.
+
+The timers and instruction counts of `impl.ci.gate` gate the CPU-bound steps; a change that
+makes each sample wait longer (a delay in the poll path, answers held for a batch, requests
+queued behind others) costs no CPU and passes them. This stage runs the server of each commit
+under the same load client, router and scenario, and compares what a user of the server sees:
+results per second and the median latency of a sample.
+
+- **Each commit's server, one harness.** Each commit is exported (`git archive`) into
+  `.asv/e2e/<commit>` and its server runs from there (`python -m impl.cli serve` with that
+  directory as working directory, this interpreter and its packages). The compiled decoders
+  are copied from this working tree when the commit's C++ sources are the same, else built in
+  place. The fake router and the load client are this tree's, for both commits: the two
+  servers are driven the same way. Both servers run the implementations this tree would pick
+  (`--decode/--encode/--pool/--accesslog`), so no start-up calibration differs between them.
+- **The scenario** (`SCENARIO`): a closed loop of 16 samples in flight (2 client processes of
+  8) over 2000 small samples against an instant router. With so few in flight, nothing queues:
+  a sample's latency is the sum of what the server does for it (asample, forward, decode,
+  encode, store, the poll that reports it, its fetch) plus the loopback hops, and a delay
+  anywhere on that path shows in full. (small-2048 submits all at once: its latency is
+  mostly the order in which 2048 queued samples are served, not the path.)
+- **Interleaved rounds** (`ROUNDS`, 3 by default): base, HEAD, HEAD, base, ..., each run with
+  a fresh server and one router for all; per round, HEAD/base of the p50 latency and base/HEAD
+  of results/s (>1: HEAD is worse), and the verdict on the median of the per-round ratios, so
+  one run disturbed by another job on the machine does not decide. A ratio beyond the factor
+  (1.3), or borderline (beyond its square root), is confirmed with as many rounds again, and
+  the verdict taken on all of them.
+
+`python -m impl.ci.gate_e2e --base REV --head REV` runs the stage alone (`make gate` runs it
+after the instruction counts; `--only e2e` runs only it). Exit 0: pass (or not compared: the
+base's server could not start); 1: slower end to end; 2: the stage could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from impl.harness import load, presets, procs, report
+
+ROOT = Path(__file__).resolve().parents[2]
+FACTOR = 1.3
+ROUNDS = 3
+#: 2000 small samples, 16 in flight (8 per client process), instant router, minimal bodies
+SCENARIO = presets.get("small-2048").with_overrides(
+    num_requests=2000, max_outstanding=16, concurrency=16, timeout=240.0, healthz_interval=1.0
+)
+#: what the compiled decoders are built from (their .so are copied when these are unchanged)
+NATIVE_SOURCES = ("setup.py", "impl/decode/_*.cpp", "impl/decode/_*.h")
+
+
+def git(*args: str) -> str:
+    """stdout of `git ARGS` in the repository."""
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def tree_of(commit: str, workdir: Path) -> Path:
+    """The source tree of `commit` under `workdir` (exported once, then reused), with the
+    compiled decoders in place."""
+    sha = git("rev-parse", "--verify", commit)
+    tree = workdir / sha
+    if (tree / ".exported").exists():
+        return tree
+    partial = workdir / f"{sha}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True, capture_output=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as exported:
+        exported.extractall(partial, filter="data")
+    _native(sha, partial)
+    (partial / ".exported").write_text(sha + "\n")
+    shutil.rmtree(tree, ignore_errors=True)
+    partial.rename(tree)
+    return tree
+
+
+def _native(sha: str, tree: Path) -> None:
+    """The compiled decoders in `tree`: this working tree's when built from the same sources,
+    else built there (without g++ or simdjson they stay missing, as in any install)."""
+    same = subprocess.run(["git", "diff", "--quiet", sha, "--", *NATIVE_SOURCES], cwd=ROOT)
+    built = [p for p in (ROOT / "impl").rglob("*.so") if ".asv" not in p.parts]
+    if same.returncode == 0 and built:
+        for path in built:
+            target = tree / path.relative_to(ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        return
+    if not (tree / "setup.py").exists():
+        return
+    done = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode:
+        print(f"gate e2e: building {sha[:8]}'s compiled decoders failed:\n{done.stderr[-1500:]}")
+
+
+def pins() -> list[str]:
+    """`hotpath serve` flags naming what this tree picks per family (no calibration)."""
+    from impl import registry
+    from impl.ci.gate import picked
+
+    flags: list[str] = []
+    for family in registry.families():
+        flags += [f"--{family}", picked(family)]
+    return flags
+
+
+class NotStarted(RuntimeError):
+    """A commit's server did not start (the message has its output)."""
+
+    def __init__(self, side: str, message: str) -> None:
+        super().__init__(message)
+        self.side = side
+
+
+@dataclass
+class Run:
+    """One run of the scenario against one commit's server."""
+
+    side: str
+    round: int
+    results_per_second: float
+    p50: float
+    load: float
+    summary: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def run_once(
+    side: str, tree: Path, router_url: str, round_: int, flags: list[str], scenario: Any
+) -> Run:
+    """A fresh server from `tree`, the scenario against it, the server stopped."""
+    try:
+        server = procs.start_server(
+            router_url, extra=flags, cwd=tree, env={"HOTPATH_MEASUREMENTS": os.devnull}
+        )
+    except RuntimeError as exc:
+        raise NotStarted(side, str(exc)) from None
+    try:
+        before = os.getloadavg()[0]
+        run = load.run_scenario(
+            scenario,
+            label=side,
+            url=server.url,
+            router_url=router_url,
+            server_pid=server.pid,
+            progress_bar=False,
+        )
+    finally:
+        server.stop()
+    summary = report.summarize(run)
+    problems = report.verdict(summary)
+    if problems:
+        raise RuntimeError(f"{side} round {round_}: " + "; ".join(problems))
+    return Run(side, round_, summary["results_per_second"], summary["latency_p50"], before, summary)
+
+
+def ratios(runs: list[Run]) -> list[tuple[float, float]]:
+    """Per round with both sides: (HEAD/base p50 latency, base/HEAD results/s); >1 is worse."""
+    out = []
+    for r in sorted({run.round for run in runs}):
+        base = [x for x in runs if x.round == r and x.side == "base"]
+        head = [x for x in runs if x.round == r and x.side == "HEAD"]
+        if base and head:
+            b, h = base[0], head[0]
+            out.append((h.p50 / b.p50, b.results_per_second / h.results_per_second))
+    return out
+
+
+def verdict(pairs: list[tuple[float, float]], factor: float) -> tuple[float, float, bool]:
+    """(median latency ratio, median throughput ratio, HEAD worse than the factor)."""
+    latency = statistics.median(p for p, _ in pairs)
+    throughput = statistics.median(q for _, q in pairs)
+    return latency, throughput, latency > factor or throughput > factor
+
+
+def interleaved(
+    trees: dict[str, Path], rounds: int, first: int, flags: list[str], router_url: str
+) -> list[Run]:
+    """`rounds` rounds from round number `first`: base, HEAD in even rounds, HEAD, base in
+    odd ones."""
+    runs = []
+    for r in range(first, first + rounds):
+        order = ("base", "HEAD") if r % 2 == 0 else ("HEAD", "base")
+        for side in order:
+            run = run_once(side, trees[side], router_url, r, flags, SCENARIO)
+            runs.append(run)
+            print(
+                f"gate e2e: round {r + 1} {side:4s} {run.results_per_second:8.1f} results/s, "
+                f"p50 {run.p50 * 1e3:7.2f} ms (load average {run.load:.1f})",
+                flush=True,
+            )
+    return runs
+
+
+def stage(
+    base: str,
+    head: str,
+    *,
+    rounds: int = ROUNDS,
+    factor: float = FACTOR,
+    workdir: Path | None = None,
+    json_path: Path | None = None,
+) -> int:
+    """The stage (see the module docstring): 0 pass or not compared, 1 slower, 2 could not run."""
+    started = time.monotonic()
+    workdir = workdir or ROOT / ".asv" / "e2e"
+    trees = {"base": tree_of(base, workdir), "HEAD": tree_of(head, workdir)}
+    flags = pins()
+    print(
+        f"gate e2e: {base[:8]} (base) vs {head[:8]} (HEAD), {rounds} interleaved rounds, "
+        f"{SCENARIO.num_requests} samples, {SCENARIO.max_outstanding} in flight, factor "
+        f"{factor}; servers with {' '.join(flags)}",
+        flush=True,
+    )
+    router = procs.start_router([*SCENARIO.router_args(), "--seed", "0"])
+    first: list[Run] = []
+    try:
+        try:
+            runs = interleaved(trees, rounds, 0, flags, router.url)
+        except NotStarted as exc:
+            if exc.side == "base":
+                print(f"gate e2e: not compared, the base's server did not start: {exc}")
+                return 0
+            print(f"gate e2e: FAIL - HEAD's server did not start: {exc}")
+            return 1
+        except RuntimeError as exc:  # a run lost or failed samples
+            print(f"gate e2e: FAIL - {exc}")
+            return 1
+        first = list(runs)
+        latency, throughput, worse = verdict(ratios(runs), factor)
+        if worse or max(latency, throughput) > factor**0.5:
+            why = "slower than the factor" if worse else "borderline"
+            print(f"gate e2e: {why} ({latency:.2f}x latency, {throughput:.2f}x throughput), "
+                  f"confirming with {rounds} more rounds", flush=True)  # fmt: skip
+            runs += interleaved(trees, rounds, rounds, flags, router.url)
+            latency, throughput, worse = verdict(ratios(runs), factor)
+    finally:
+        router.stop()
+    pairs = ratios(runs)
+    shown = ", ".join(f"{p:.2f}/{q:.2f}" for p, q in pairs)
+    print(
+        f"gate e2e: per round HEAD/base p50 latency / base/HEAD results/s: {shown}; medians "
+        f"{latency:.2f}x latency, {throughput:.2f}x throughput ({time.monotonic() - started:.0f} s)"
+    )
+    if json_path is not None:
+        json_path.write_text(
+            json.dumps(
+                {
+                    "base": base,
+                    "head": head,
+                    "factor": factor,
+                    "latency_ratio": latency,
+                    "throughput_ratio": throughput,
+                    "failed": worse,
+                    "pairs": pairs,
+                    "first_run_pairs": ratios(first),
+                    "runs": [
+                        {k: v for k, v in vars(run).items() if k != "summary"} for run in runs
+                    ],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+    if worse:
+        print(
+            f"gate e2e: FAIL - HEAD's server is slower end to end by more than {factor}x "
+            f"(p50 latency {latency:.2f}x, results/s {throughput:.2f}x)"
+        )
+        return 1
+    print(f"gate e2e: PASS - p50 latency {latency:.2f}x, results/s {throughput:.2f}x the base's")
+    return 0
+
+
+def in_gate(base: str, head: str, args: Any, accepted: list[str]) -> tuple[int, dict[str, Any]]:
+    """The stage as `impl.ci.gate` runs it: (exit status, the summary its --json keeps). A
+    `Gate-accept: e2e` line between base and HEAD accepts an intended slowdown."""
+    from impl.ci import gate_icount
+
+    if args.compare_only:
+        print("gate: the end-to-end stage is measured afresh, not with --compare-only")
+        return 0, {}
+    print(flush=True)
+    path = ROOT / ".asv" / "gate-e2e.json"
+    path.unlink(missing_ok=True)
+    status = stage(base, head, rounds=args.e2e_rounds, factor=args.e2e_factor, json_path=path)
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    path.unlink(missing_ok=True)
+    if status == 1 and gate_icount.is_accepted("e2e", None, accepted):
+        print("gate: slower end to end but accepted by commit message (Gate-accept: e2e)")
+        status = 0
+    elif status == 1:
+        print(gate_icount.HOW_TO_ACCEPT.format(example="e2e"))
+    summary["status"] = status
+    return status, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m impl.ci.gate_e2e",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--base", help="the base commit (default: HEAD's first parent)")
+    parser.add_argument("--head", default="HEAD", help="the commit under test (default: HEAD)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per side (>= 3)")
+    parser.add_argument("--factor", type=float, default=FACTOR, help="slowdown that fails")
+    parser.add_argument("--json", type=Path, help="write the runs and the verdict here")
+    args = parser.parse_args(argv)
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3")
+    head = git("rev-parse", "--verify", args.head)
+    base = git("rev-parse", "--verify", args.base or f"{head}^")
+    return stage(base, head, rounds=args.rounds, factor=args.factor, json_path=args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
