@@ -27,7 +27,9 @@ results per second and the median latency of a sample.
   the verdict taken on all of them.
 
 `python -m impl.ci.gate_e2e --base REV --head REV` runs the stage alone (`make gate` runs it
-after the instruction counts; `--only e2e` runs only it). Exit 0: pass (or not compared: the
+after the instruction counts; `--only e2e` runs only it); with `--preset NAME`, `--poll` and
+`--background-load F` it compares two commits' servers on any loadtest preset, side by side,
+with one harness (how the issue-29 bisection was measured). Exit 0: pass (or not compared: the
 base's server could not start); 1: slower end to end; 2: the stage could not run.
 """
 
@@ -91,7 +93,7 @@ def _native(sha: str, tree: Path) -> None:
     """The compiled decoders in `tree`: this working tree's when built from the same sources,
     else built there (without g++ or simdjson they stay missing, as in any install)."""
     same = subprocess.run(["git", "diff", "--quiet", sha, "--", *NATIVE_SOURCES], cwd=ROOT)
-    built = [p for p in (ROOT / "impl").rglob("*.so") if ".asv" not in p.parts]
+    built = list((ROOT / "impl").rglob("*.so"))
     if same.returncode == 0 and built:
         for path in built:
             target = tree / path.relative_to(ROOT)
@@ -111,14 +113,31 @@ def _native(sha: str, tree: Path) -> None:
         print(f"gate e2e: building {sha[:8]}'s compiled decoders failed:\n{done.stderr[-1500:]}")
 
 
-def pins() -> list[str]:
-    """`hotpath serve` flags naming what this tree picks per family (no calibration)."""
+def pins(trees: list[Path]) -> list[str]:
+    """`hotpath serve` flags naming one implementation per family for every tree (so neither
+    server calibrates): what this tree picks, else the first of the family's preference order
+    that every tree has (an older commit may lack a newer implementation)."""
+    import importlib
+
     from impl import registry
     from impl.ci.gate import picked
 
+    probe = "import json; from impl import registry as r; " + (
+        "print(json.dumps({f: r.available(f) for f in r.families()}))"
+    )
+    available = []
+    for tree in trees:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], cwd=tree, capture_output=True, text=True, check=True
+        )
+        available.append(json.loads(done.stdout.strip().splitlines()[-1]))
     flags: list[str] = []
     for family in registry.families():
-        flags += [f"--{family}", picked(family)]
+        preference = importlib.import_module(f"impl.{family}").PREFERENCE
+        for name in (picked(family), *preference):
+            if all(name in there.get(family, ()) for there in available):
+                flags += [f"--{family}", name]
+                break
     return flags
 
 
@@ -191,7 +210,12 @@ def verdict(pairs: list[tuple[float, float]], factor: float) -> tuple[float, flo
 
 
 def interleaved(
-    trees: dict[str, Path], rounds: int, first: int, flags: list[str], router_url: str
+    trees: dict[str, Path],
+    rounds: int,
+    first: int,
+    flags: list[str],
+    router_url: str,
+    scenario: Any = SCENARIO,
 ) -> list[Run]:
     """`rounds` rounds from round number `first`: base, HEAD in even rounds, HEAD, base in
     odd ones."""
@@ -199,7 +223,7 @@ def interleaved(
     for r in range(first, first + rounds):
         order = ("base", "HEAD") if r % 2 == 0 else ("HEAD", "base")
         for side in order:
-            run = run_once(side, trees[side], router_url, r, flags, SCENARIO)
+            run = run_once(side, trees[side], router_url, r, flags, scenario)
             runs.append(run)
             print(
                 f"gate e2e: round {r + 1} {side:4s} {run.results_per_second:8.1f} results/s, "
@@ -217,23 +241,25 @@ def stage(
     factor: float = FACTOR,
     workdir: Path | None = None,
     json_path: Path | None = None,
+    scenario: Any = SCENARIO,
 ) -> int:
-    """The stage (see the module docstring): 0 pass or not compared, 1 slower, 2 could not run."""
+    """The stage (see the module docstring): 0 pass or not compared, 1 slower, 2 could not run.
+    `scenario`: another load than the gate's (`--preset`, for comparisons by hand)."""
     started = time.monotonic()
     workdir = workdir or ROOT / ".asv" / "e2e"
     trees = {"base": tree_of(base, workdir), "HEAD": tree_of(head, workdir)}
-    flags = pins()
+    flags = pins(list(trees.values()))
     print(
         f"gate e2e: {base[:8]} (base) vs {head[:8]} (HEAD), {rounds} interleaved rounds, "
-        f"{SCENARIO.num_requests} samples, {SCENARIO.max_outstanding} in flight, factor "
+        f"{scenario.num_requests} samples, {scenario.max_outstanding} in flight, factor "
         f"{factor}; servers with {' '.join(flags)}",
         flush=True,
     )
-    router = procs.start_router([*SCENARIO.router_args(), "--seed", "0"])
+    router = procs.start_router([*scenario.router_args(), "--seed", "0"])
     first: list[Run] = []
     try:
         try:
-            runs = interleaved(trees, rounds, 0, flags, router.url)
+            runs = interleaved(trees, rounds, 0, flags, router.url, scenario)
         except NotStarted as exc:
             if exc.side == "base":
                 print(f"gate e2e: not compared, the base's server did not start: {exc}")
@@ -249,7 +275,7 @@ def stage(
             why = "slower than the factor" if worse else "borderline"
             print(f"gate e2e: {why} ({latency:.2f}x latency, {throughput:.2f}x throughput), "
                   f"confirming with {rounds} more rounds", flush=True)  # fmt: skip
-            runs += interleaved(trees, rounds, rounds, flags, router.url)
+            runs += interleaved(trees, rounds, rounds, flags, router.url, scenario)
             latency, throughput, worse = verdict(ratios(runs), factor)
     finally:
         router.stop()
@@ -323,12 +349,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per side (>= 3)")
     parser.add_argument("--factor", type=float, default=FACTOR, help="slowdown that fails")
     parser.add_argument("--json", type=Path, help="write the runs and the verdict here")
+    parser.add_argument(
+        "--preset",
+        choices=list(presets.PRESETS),
+        help="compare the two servers on this loadtest preset instead of the gate's scenario "
+        "(e.g. small-2048: the burst whose latency is the order samples are served in)",
+    )
+    parser.add_argument(
+        "--poll", choices=("auto", "session", "request"), help="the load client's --poll"
+    )
+    parser.add_argument(
+        "--background-load",
+        type=float,
+        metavar="FRACTION",
+        help="run `hotpath loadtest --background-load`'s CPU burner for the whole comparison",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 3:
         parser.error("--rounds must be at least 3")
     head = git("rev-parse", "--verify", args.head)
     base = git("rev-parse", "--verify", args.base or f"{head}^")
-    return stage(base, head, rounds=args.rounds, factor=args.factor, json_path=args.json)
+    scenario = presets.get(args.preset) if args.preset else SCENARIO
+    scenario = scenario.with_overrides(poll=args.poll)
+    from impl.harness import burner
+
+    with burner.running(args.background_load, seconds=3 * 3600):
+        return stage(
+            base,
+            head,
+            rounds=args.rounds,
+            factor=args.factor,
+            json_path=args.json,
+            scenario=scenario,
+        )
 
 
 if __name__ == "__main__":
