@@ -53,10 +53,10 @@ from impl.harness import load, presets, procs, report
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTOR = 1.3
-ROUNDS = 3
-#: 2000 small samples, 16 in flight (8 per client process), instant router, minimal bodies
+ROUNDS = 5
+#: 1000 small samples, 4 in flight (2 per client process), instant router, minimal bodies
 SCENARIO = presets.get("small-2048").with_overrides(
-    num_requests=2000, max_outstanding=16, concurrency=16, timeout=240.0, healthz_interval=1.0
+    num_requests=1000, max_outstanding=4, concurrency=4, timeout=240.0, healthz_interval=1.0
 )
 #: what the compiled decoders are built from (their .so are copied when these are unchanged)
 NATIVE_SOURCES = ("setup.py", "impl/decode/_*.cpp", "impl/decode/_*.h")
@@ -161,32 +161,31 @@ class Run:
     summary: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-def run_once(
-    side: str, tree: Path, router_url: str, round_: int, flags: list[str], scenario: Any
-) -> Run:
-    """A fresh server from `tree`, the scenario against it, the server stopped."""
+def start_server(side: str, tree: Path, router_url: str, flags: list[str]) -> procs.Proc:
+    """`tree`'s server with `flags` (NotStarted if it does not come up)."""
     try:
-        server = procs.start_server(
+        return procs.start_server(
             router_url, extra=flags, cwd=tree, env={"HOTPATH_MEASUREMENTS": os.devnull}
         )
     except RuntimeError as exc:
         raise NotStarted(side, str(exc)) from None
-    try:
-        before = os.getloadavg()[0]
-        run = load.run_scenario(
-            scenario,
-            label=side,
-            url=server.url,
-            router_url=router_url,
-            server_pid=server.pid,
-            progress_bar=False,
-        )
-    finally:
-        server.stop()
+
+
+def run_once(side: str, server: procs.Proc, router_url: str, round_: int, scenario: Any) -> Run:
+    """The scenario against `server` (a RuntimeError when a sample was lost or failed)."""
+    before = os.getloadavg()[0]
+    run = load.run_scenario(
+        scenario,
+        label=side,
+        url=server.url,
+        router_url=router_url,
+        server_pid=server.pid,
+        progress_bar=False,
+    )
     summary = report.summarize(run)
     problems = report.verdict(summary)
     if problems:
-        raise RuntimeError(f"{side} round {round_}: " + "; ".join(problems))
+        raise RuntimeError(f"{side} round {round_ + 1}: " + "; ".join(problems))
     return Run(side, round_, summary["results_per_second"], summary["latency_p50"], before, summary)
 
 
@@ -209,21 +208,41 @@ def verdict(pairs: list[tuple[float, float]], factor: float) -> tuple[float, flo
     return latency, throughput, latency > factor or throughput > factor
 
 
-def interleaved(
-    trees: dict[str, Path],
-    rounds: int,
-    first: int,
-    flags: list[str],
-    router_url: str,
-    scenario: Any = SCENARIO,
-) -> list[Run]:
+class Servers:
+    """Each side's server: one kept for every round (the gate: the rounds are then seconds
+    apart, which is what keeps their ratios fair on a machine whose load moves), or a fresh one
+    per run (`fresh`, for presets whose figures depend on a server's first run)."""
+
+    def __init__(self, trees: dict[str, Path], flags: list[str], router_url: str, fresh: bool):
+        self.trees, self.flags, self.router_url, self.fresh = trees, flags, router_url, fresh
+        self.running: dict[str, procs.Proc] = {}
+
+    def get(self, side: str) -> procs.Proc:
+        if side not in self.running:
+            self.running[side] = start_server(side, self.trees[side], self.router_url, self.flags)
+        return self.running[side]
+
+    def done(self, side: str) -> None:
+        if self.fresh:
+            self.running.pop(side).stop()
+
+    def stop(self) -> None:
+        for server in self.running.values():
+            server.stop()
+        self.running = {}
+
+
+def interleaved(servers: Servers, rounds: int, first: int, scenario: Any = SCENARIO) -> list[Run]:
     """`rounds` rounds from round number `first`: base, HEAD in even rounds, HEAD, base in
     odd ones."""
     runs = []
     for r in range(first, first + rounds):
         order = ("base", "HEAD") if r % 2 == 0 else ("HEAD", "base")
         for side in order:
-            run = run_once(side, trees[side], router_url, r, flags, scenario)
+            try:
+                run = run_once(side, servers.get(side), servers.router_url, r, scenario)
+            finally:
+                servers.done(side)
             runs.append(run)
             print(
                 f"gate e2e: round {r + 1} {side:4s} {run.results_per_second:8.1f} results/s, "
@@ -242,9 +261,11 @@ def stage(
     workdir: Path | None = None,
     json_path: Path | None = None,
     scenario: Any = SCENARIO,
+    fresh: bool = False,
 ) -> int:
     """The stage (see the module docstring): 0 pass or not compared, 1 slower, 2 could not run.
-    `scenario`: another load than the gate's (`--preset`, for comparisons by hand)."""
+    `scenario`: another load than the gate's (`--preset`, for comparisons by hand); `fresh`: a
+    new server for every run."""
     started = time.monotonic()
     workdir = workdir or ROOT / ".asv" / "e2e"
     trees = {"base": tree_of(base, workdir), "HEAD": tree_of(head, workdir)}
@@ -256,10 +277,11 @@ def stage(
         flush=True,
     )
     router = procs.start_router([*scenario.router_args(), "--seed", "0"])
+    servers = Servers(trees, flags, router.url, fresh)
     first: list[Run] = []
     try:
         try:
-            runs = interleaved(trees, rounds, 0, flags, router.url, scenario)
+            runs = interleaved(servers, rounds, 0, scenario)
         except NotStarted as exc:
             if exc.side == "base":
                 print(f"gate e2e: not compared, the base's server did not start: {exc}")
@@ -275,9 +297,10 @@ def stage(
             why = "slower than the factor" if worse else "borderline"
             print(f"gate e2e: {why} ({latency:.2f}x latency, {throughput:.2f}x throughput), "
                   f"confirming with {rounds} more rounds", flush=True)  # fmt: skip
-            runs += interleaved(trees, rounds, rounds, flags, router.url, scenario)
+            runs += interleaved(servers, rounds, rounds, scenario)
             latency, throughput, worse = verdict(ratios(runs), factor)
     finally:
+        servers.stop()
         router.stop()
     pairs = ratios(runs)
     shown = ", ".join(f"{p:.2f}/{q:.2f}" for p, q in pairs)
@@ -346,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--base", help="the base commit (default: HEAD's first parent)")
     parser.add_argument("--head", default="HEAD", help="the commit under test (default: HEAD)")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per side (>= 3)")
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, help=f"rounds per side (>= 3, default {ROUNDS})"
+    )
     parser.add_argument("--factor", type=float, default=FACTOR, help="slowdown that fails")
     parser.add_argument("--json", type=Path, help="write the runs and the verdict here")
     parser.add_argument(
@@ -381,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             factor=args.factor,
             json_path=args.json,
             scenario=scenario,
+            fresh=args.preset is not None,
         )
 
 
