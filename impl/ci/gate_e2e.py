@@ -44,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,7 +172,14 @@ def start_server(side: str, tree: Path, router_url: str, flags: list[str]) -> pr
         raise NotStarted(side, str(exc)) from None
 
 
-def run_once(side: str, server: procs.Proc, router_url: str, round_: int, scenario: Any) -> Run:
+def run_once(
+    side: str,
+    server: procs.Proc,
+    router_url: str,
+    round_: int,
+    scenario: Any,
+    before_go: Any = None,
+) -> Run:
     """The scenario against `server` (a RuntimeError when a sample was lost or failed)."""
     before = os.getloadavg()[0]
     run = load.run_scenario(
@@ -181,6 +189,7 @@ def run_once(side: str, server: procs.Proc, router_url: str, round_: int, scenar
         router_url=router_url,
         server_pid=server.pid,
         progress_bar=False,
+        before_go=before_go,
     )
     summary = report.summarize(run)
     problems = report.verdict(summary)
@@ -232,20 +241,58 @@ class Servers:
         self.running = {}
 
 
-def interleaved(servers: Servers, rounds: int, first: int, scenario: Any = SCENARIO) -> list[Run]:
-    """`rounds` rounds from round number `first`: base, HEAD in even rounds, HEAD, base in
-    odd ones."""
+def together(servers: Servers, round_: int, scenario: Any) -> list[Run]:
+    """One round with both servers driven at once, their client processes released together,
+    so both sides meet the same machine in the same seconds (the base first)."""
+    for side in ("base", "HEAD"):
+        servers.get(side)
+    release = threading.Barrier(2, timeout=600)
+    done: dict[str, Run] = {}
+    failed: list[BaseException] = []
+
+    def one(side: str) -> None:
+        try:
+            done[side] = run_once(
+                side, servers.get(side), servers.router_url, round_, scenario, release.wait
+            )
+        except BaseException as exc:  # reported by the caller; the other side is let go
+            release.abort()
+            failed.append(exc)
+
+    threads = [threading.Thread(target=one, args=(side,)) for side in ("base", "HEAD")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for side in ("base", "HEAD"):
+        servers.done(side)
+    real = [exc for exc in failed if not isinstance(exc, threading.BrokenBarrierError)]
+    if real or failed:
+        raise (real or failed)[0]
+    return [done["base"], done["HEAD"]]
+
+
+def interleaved(
+    servers: Servers, rounds: int, first: int, scenario: Any = SCENARIO, *, at_once: bool = True
+) -> list[Run]:
+    """`rounds` rounds from round number `first`: both sides at once (`at_once`), else one
+    after the other, base first in even rounds and HEAD first in odd ones."""
     runs = []
     for r in range(first, first + rounds):
         order = ("base", "HEAD") if r % 2 == 0 else ("HEAD", "base")
-        for side in order:
-            try:
-                run = run_once(side, servers.get(side), servers.router_url, r, scenario)
-            finally:
-                servers.done(side)
+        if at_once:
+            pair = together(servers, r, scenario)
+        else:
+            pair = []
+            for side in order:
+                try:
+                    pair.append(run_once(side, servers.get(side), servers.router_url, r, scenario))
+                finally:
+                    servers.done(side)
+        for run in pair:
             runs.append(run)
             print(
-                f"gate e2e: round {r + 1} {side:4s} {run.results_per_second:8.1f} results/s, "
+                f"gate e2e: round {r + 1} {run.side:4s} {run.results_per_second:8.1f} results/s, "
                 f"p50 {run.p50 * 1e3:7.2f} ms (load average {run.load:.1f})",
                 flush=True,
             )
@@ -281,7 +328,7 @@ def stage(
     first: list[Run] = []
     try:
         try:
-            runs = interleaved(servers, rounds, 0, scenario)
+            runs = interleaved(servers, rounds, 0, scenario, at_once=not fresh)
         except NotStarted as exc:
             if exc.side == "base":
                 print(f"gate e2e: not compared, the base's server did not start: {exc}")
@@ -297,7 +344,7 @@ def stage(
             why = "slower than the factor" if worse else "borderline"
             print(f"gate e2e: {why} ({latency:.2f}x latency, {throughput:.2f}x throughput), "
                   f"confirming with {rounds} more rounds", flush=True)  # fmt: skip
-            runs += interleaved(servers, rounds, rounds, scenario)
+            runs += interleaved(servers, rounds, rounds, scenario, at_once=not fresh)
             latency, throughput, worse = verdict(ratios(runs), factor)
     finally:
         servers.stop()

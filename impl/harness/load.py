@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -225,8 +226,11 @@ def run_scenario(
     profile: Path | None = None,
     progress_bar: bool = True,
     kill_one_at: float | None = None,
+    before_go: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """One run: start router and server (unless `url`), drive, sample, stop; the run dict."""
+    """One run: start router and server (unless `url`), drive, sample, stop; the run dict.
+    `before_go` is called once every client process is ready, just before they are released
+    (`impl.ci.gate_e2e` releases two runs together with it)."""
     router = None
     recorders: list = []
     commands: dict[str, list[str]] = {}
@@ -266,6 +270,8 @@ def run_scenario(
             killer = faults.KillOne(url, server_pid, kill_one_at) if kill_one_at else None
 
             def on_go() -> None:  # the measured window starts: forget the warm-up's peaks
+                if before_go is not None:
+                    before_go()
                 sampler.restart()
                 polls_at_go.update((procs.fetch_json(url + "/healthz") or {}).get("polls") or {})
                 if router_url:
