@@ -95,7 +95,7 @@ class Settings:
         "burst of new client connections; --no-eager-accept restores libuv's behaviour",
     )
     intake_per_turn: int = _opt(
-        32,
+        16,
         "asample requests that proceed per event-loop turn; the rest wait for a later turn, "
         "so polls, fetches and completions are not queued behind a burst of submissions "
         "(impl/server/intake.py; 0: no bound, as before and with --baseline)",
