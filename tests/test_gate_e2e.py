@@ -10,7 +10,7 @@ import _asv_tiny as tiny
 import pytest
 from _server import Api
 
-from impl.ci import gate, gate_demo, gate_demo_e2e, gate_e2e
+from impl.ci import gate, gate_demo, gate_demo_e2e, gate_e2e, trees
 from impl.harness import procs
 
 
@@ -59,19 +59,19 @@ def test_each_commit_is_exported_once_with_the_compiled_decoders(tmp_path, monke
     first = tiny.git(root, "rev-parse", "HEAD")
     (root / "impl" / "decode" / "_fast.so").write_bytes(b"\x7fELF v1")
     (root / "impl" / "mod.py").write_text("VERSION = 2\n")  # uncommitted
-    monkeypatch.setattr(gate_e2e, "ROOT", root)
+    monkeypatch.setattr(trees, "ROOT", root)
     work = tmp_path / "e2e"
-    tree = gate_e2e.tree_of(first, work)
+    tree = trees.tree_of(first, work)
     assert tree == work / first
     assert (tree / "impl" / "mod.py").read_text() == "VERSION = 1\n"
     assert (tree / "impl" / "decode" / "_fast.so").read_bytes() == b"\x7fELF v1"
     (tree / "impl" / "mark").write_text("kept")
-    assert gate_e2e.tree_of("HEAD", work) == tree and (tree / "impl" / "mark").exists()
+    assert trees.tree_of("HEAD", work) == tree and (tree / "impl" / "mark").exists()
     # Another commit with other C++ sources: this tree's build is not copied.
     (root / "impl" / "decode" / "_fast.cpp").write_text("// v2\n")
     tiny.git(root, "commit", "-qam", "second")
     (root / "impl" / "decode" / "_fast.cpp").write_text("// v3, being edited\n")
-    second = gate_e2e.tree_of("HEAD", work)
+    second = trees.tree_of("HEAD", work)
     assert not (second / "impl" / "decode" / "_fast.so").exists()
 
 

@@ -6,50 +6,47 @@ queued behind others) costs no CPU and passes them. This stage runs the server o
 under the same load client, router and scenario, and compares what a user of the server sees:
 results per second and the median latency of a sample.
 
-- **Each commit's server, one harness.** Each commit is exported (`git archive`) into
-  `.asv/e2e/<commit>` and its server runs from there (`python -m impl.cli serve` with that
-  directory as working directory, this interpreter and its packages). The compiled decoders
-  are copied from this working tree when the commit's C++ sources are the same, else built in
-  place. The fake router and the load client are this tree's, for both commits: the two
-  servers are driven the same way. Both servers run the implementations this tree would pick
-  (`--decode/--encode/--pool/--accesslog`), so no start-up calibration differs between them.
-- **The scenario** (`SCENARIO`): a closed loop of 16 samples in flight (2 client processes of
-  8) over 2000 small samples against an instant router. With so few in flight, nothing queues:
-  a sample's latency is the sum of what the server does for it (asample, forward, decode,
-  encode, store, the poll that reports it, its fetch) plus the loopback hops, and a delay
-  anywhere on that path shows in full. (small-2048 submits all at once: its latency is
-  mostly the order in which 2048 queued samples are served, not the path.)
-- **Interleaved rounds** (`ROUNDS`, 3 by default): base, HEAD, HEAD, base, ..., each run with
-  a fresh server and one router for all; per round, HEAD/base of the p50 latency and base/HEAD
-  of results/s (>1: HEAD is worse), and the verdict on the median of the per-round ratios, so
-  one run disturbed by another job on the machine does not decide. A ratio beyond the factor
-  (1.3), or borderline (beyond its square root), is confirmed with as many rounds again, and
-  the verdict taken on all of them.
+- **Each commit's server, one harness.** Each commit is exported into `.asv/e2e/<commit>` and
+  its server runs from there with this interpreter (`impl.ci.trees`: the compiled decoders
+  copied or built, one implementation per family that both trees have, so neither
+  calibrates). The fake router and the load client are this tree's, for both commits.
+- **The scenario** (`SCENARIO`): a closed loop of 4 samples in flight (2 client processes of
+  2) over 1000 small samples against an instant router. With so few in flight nothing queues
+  behind other samples: a sample's latency is what the server does for it (asample, forward,
+  decode, encode, store, the poll that reports it, its fetch) plus the loopback hops, and a
+  delay anywhere on that path shows. (16 in flight saturated a loaded machine, which then hid
+  a sleep on the path; small-2048 submits everything at once, so its latency is mostly the
+  order in which queued samples are served.)
+- **Rounds side by side** (`ROUNDS`, 5): one server per commit, started once; each round
+  drives both at once, their client processes released together, so both meet the machine in
+  the same seconds (runs one after the other, ~15 s apart, differed by up to 1.9x between two
+  servers of the same commit on the loaded machine). Per round, HEAD/base of the p50 latency
+  and base/HEAD of results/s (>1: HEAD is worse); the verdict is on the median of the per-round
+  ratios, so one round disturbed by another job does not decide. Beyond the factor (1.3), or
+  borderline (beyond its square root), as many rounds again, and the verdict on all of them.
 
 `python -m impl.ci.gate_e2e --base REV --head REV` runs the stage alone (`make gate` runs it
 after the instruction counts; `--only e2e` runs only it); with `--preset NAME`, `--poll` and
-`--background-load F` it compares two commits' servers on any loadtest preset, side by side,
-with one harness (how the issue-29 bisection was measured). Exit 0: pass (or not compared: the
-base's server could not start); 1: slower end to end; 2: the stage could not run.
+`--background-load F` it compares two commits' servers on any loadtest preset, one run after
+the other with a fresh server each (how the issue-29 bisection is re-measured). Exit 0: pass (or
+not compared: the base's server could not start); 1: slower end to end, or a sample lost or
+failed; 2: the stage could not run.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from impl.ci import trees as commit_trees
 from impl.harness import load, presets, procs, report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,87 +56,6 @@ ROUNDS = 5
 SCENARIO = presets.get("small-2048").with_overrides(
     num_requests=1000, max_outstanding=4, concurrency=4, timeout=240.0, healthz_interval=1.0
 )
-#: what the compiled decoders are built from (their .so are copied when these are unchanged)
-NATIVE_SOURCES = ("setup.py", "impl/decode/_*.cpp", "impl/decode/_*.h")
-
-
-def git(*args: str) -> str:
-    """stdout of `git ARGS` in the repository."""
-    return subprocess.run(
-        ["git", *args], cwd=ROOT, check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def tree_of(commit: str, workdir: Path) -> Path:
-    """The source tree of `commit` under `workdir` (exported once, then reused), with the
-    compiled decoders in place."""
-    sha = git("rev-parse", "--verify", commit)
-    tree = workdir / sha
-    if (tree / ".exported").exists():
-        return tree
-    partial = workdir / f"{sha}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True, capture_output=True)
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as exported:
-        exported.extractall(partial, filter="data")
-    _native(sha, partial)
-    (partial / ".exported").write_text(sha + "\n")
-    shutil.rmtree(tree, ignore_errors=True)
-    partial.rename(tree)
-    return tree
-
-
-def _native(sha: str, tree: Path) -> None:
-    """The compiled decoders in `tree`: this working tree's when built from the same sources,
-    else built there (without g++ or simdjson they stay missing, as in any install)."""
-    same = subprocess.run(["git", "diff", "--quiet", sha, "--", *NATIVE_SOURCES], cwd=ROOT)
-    built = list((ROOT / "impl").rglob("*.so"))
-    if same.returncode == 0 and built:
-        for path in built:
-            target = tree / path.relative_to(ROOT)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-        return
-    if not (tree / "setup.py").exists():
-        return
-    done = subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if done.returncode:
-        print(f"gate e2e: building {sha[:8]}'s compiled decoders failed:\n{done.stderr[-1500:]}")
-
-
-def pins(trees: list[Path]) -> list[str]:
-    """`hotpath serve` flags naming one implementation per family for every tree (so neither
-    server calibrates): what this tree picks, else the first of the family's preference order
-    that every tree has (an older commit may lack a newer implementation)."""
-    import importlib
-
-    from impl import registry
-    from impl.ci.gate import picked
-
-    probe = "import json; from impl import registry as r; " + (
-        "print(json.dumps({f: r.available(f) for f in r.families()}))"
-    )
-    available = []
-    for tree in trees:
-        done = subprocess.run(
-            [sys.executable, "-c", probe], cwd=tree, capture_output=True, text=True, check=True
-        )
-        available.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    flags: list[str] = []
-    for family in registry.families():
-        preference = importlib.import_module(f"impl.{family}").PREFERENCE
-        for name in (picked(family), *preference):
-            if all(name in there.get(family, ()) for there in available):
-                flags += [f"--{family}", name]
-                break
-    return flags
 
 
 class NotStarted(RuntimeError):
@@ -315,8 +231,11 @@ def stage(
     new server for every run."""
     started = time.monotonic()
     workdir = workdir or ROOT / ".asv" / "e2e"
-    trees = {"base": tree_of(base, workdir), "HEAD": tree_of(head, workdir)}
-    flags = pins(list(trees.values()))
+    trees = {
+        "base": commit_trees.tree_of(base, workdir),
+        "HEAD": commit_trees.tree_of(head, workdir),
+    }
+    flags = commit_trees.pins(list(trees.values()))
     print(
         f"gate e2e: {base[:8]} (base) vs {head[:8]} (HEAD), {rounds} interleaved rounds, "
         f"{scenario.num_requests} samples, {scenario.max_outstanding} in flight, factor "
@@ -439,8 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 3:
         parser.error("--rounds must be at least 3")
-    head = git("rev-parse", "--verify", args.head)
-    base = git("rev-parse", "--verify", args.base or f"{head}^")
+    head = commit_trees.git("rev-parse", "--verify", args.head)
+    base = commit_trees.git("rev-parse", "--verify", args.base or f"{head}^")
     scenario = presets.get(args.preset) if args.preset else SCENARIO
     scenario = scenario.with_overrides(poll=args.poll)
     from impl.harness import burner
