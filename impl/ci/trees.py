@@ -80,8 +80,7 @@ def pins(trees: list[Path]) -> list[str]:
     """`hotpath serve` flags naming one implementation per family for every tree (so neither
     server calibrates): what this tree picks, else the first of the family's preference order
     that every tree has (an older commit may lack a newer implementation)."""
-    from impl import registry
-    from impl.ci.gate import picked
+    from impl import pick, registry
 
     probe = "import json; from impl import registry as r; " + (
         "print(json.dumps({f: r.available(f) for f in r.families()}))"
@@ -95,7 +94,7 @@ def pins(trees: list[Path]) -> list[str]:
     flags: list[str] = []
     for family in registry.families():
         preference = importlib.import_module(f"impl.{family}").PREFERENCE
-        for name in (picked(family), *preference):
+        for name in (pick.pick(family).name, *preference):
             if all(name in there.get(family, ()) for there in available):
                 flags += [f"--{family}", name]
                 break
