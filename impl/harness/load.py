@@ -14,6 +14,9 @@ serve --baseline` and then the picked configuration, and prints them side by sid
 decoding on the server's event loop (`--offloop inline`), `--compare processes` with decode
 processes (`--offloop processes`), `--compare fetch` with fetch processes (`--offloop fetch`).
 `--profile PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
+`--background-load FRACTION` runs a fixed CPU burner beside the whole load test
+(`impl.harness.burner`: a process per core busy FRACTION of every 10 ms), so "under load" is a
+scenario, not whatever else the machine runs.
 
 Every run is bounded: `--num-requests` and `--timeout` (unfinished samples are reported as
 such); processes are stopped by PID; all traffic stays on 127.0.0.0/8. Exit status 0 only when
