@@ -15,10 +15,15 @@ from _server import API_KEY, Api, start_server
 from impl.server.intake import Intake
 
 
-async def _turns_of(intake: Intake, count: int, *, cancel: int | None = None) -> list[int]:
-    """Start `count` asample-like tasks at once; the loop turn each was admitted in (a callback
-    chain counts the turns), in the order they were started (-1: cancelled)."""
+async def _turns_of(
+    intake: Intake, count: int, *, cancel: int | None = None, finishing: bool = False
+) -> list[int]:
+    """Start `count` asample-like tasks at once (after a poll or fetch was served, with
+    `finishing`); the loop turn each was admitted in (a callback chain counts the turns), in the
+    order they were started (-1: cancelled)."""
     loop = asyncio.get_running_loop()
+    if finishing:
+        intake.finishing()
     turn = 0
     ticking = True
 
@@ -45,8 +50,8 @@ async def _turns_of(intake: Intake, count: int, *, cancel: int | None = None) ->
 
 
 def test_at_most_per_turn_asamples_proceed_per_loop_turn_in_arrival_order():
-    intake = Intake(per_turn=4)
-    admitted = asyncio.run(_turns_of(intake, 10))
+    intake = Intake(per_turn=4, contended=3600)
+    admitted = asyncio.run(_turns_of(intake, 10, finishing=True))
     per_turn = {t: admitted.count(t) for t in set(admitted)}
     assert max(per_turn.values()) <= 4 and len(per_turn) >= 3  # 10 need three turns of 4
     assert admitted == sorted(admitted)  # first come, first admitted
@@ -57,13 +62,42 @@ def test_at_most_per_turn_asamples_proceed_per_loop_turn_in_arrival_order():
 
 def test_no_bound_admits_everything_at_once():
     intake = Intake(per_turn=0)
-    admitted = asyncio.run(_turns_of(intake, 50))
+    admitted = asyncio.run(_turns_of(intake, 50, finishing=True))
     assert len(set(admitted)) == 1 and intake.stats()["deferred"] == 0
 
 
+def test_nothing_going_out_nothing_bounded():
+    """No poll or fetch served lately (a burst's first submissions, an engine generating):
+    every asample proceeds in the turn it came, however many; after a fetch, 4 per turn."""
+    intake = Intake(per_turn=4, contended=3600)
+    admitted = asyncio.run(_turns_of(intake, 50))
+    assert len(set(admitted)) == 1 and intake.stats()["deferred"] == 0
+    admitted = asyncio.run(_turns_of(intake, 50, finishing=True))
+    assert max(admitted.count(t) for t in set(admitted)) <= 4
+    assert Intake(per_turn=4, contended=0).stats()["deferred"] == 0
+
+
+def test_waiters_go_at_once_when_nothing_goes_out_any_more():
+    """Asamples held back while a fetch was being served all proceed together once the
+    contention has passed (nothing left to put first)."""
+
+    async def go() -> list[int]:
+        intake = Intake(per_turn=2, contended=3600)
+        intake.finishing()
+        waiting = [asyncio.ensure_future(intake.turn()) for _ in range(10)]
+        await asyncio.sleep(0)
+        intake.contended = 0
+        intake.finishing()  # the window closes now
+        await asyncio.gather(*waiting)
+        return [intake.stats()["turns"], intake.stats()["admitted"]]
+
+    turns, admitted = asyncio.run(go())
+    assert admitted == 10 and turns <= 3
+
+
 def test_a_cancelled_waiter_gives_its_place_to_the_next():
-    intake = Intake(per_turn=2)
-    admitted = asyncio.run(_turns_of(intake, 7, cancel=3))
+    intake = Intake(per_turn=2, contended=3600)
+    admitted = asyncio.run(_turns_of(intake, 7, cancel=3, finishing=True))
     assert admitted[3] == -1  # the cancelled one never proceeds
     rest = [t for t in admitted if t != -1]
     assert len(rest) == 6 and max(rest.count(t) for t in set(rest)) <= 2
@@ -84,10 +118,10 @@ def _request(path: str, body: bytes, port: int, accept: str = "") -> bytes:
 
 
 def test_a_fetch_is_answered_while_a_burst_of_asamples_waits_its_turns(upstream):
-    """200 asamples and then the fetch of a finished result, written at once on 201 open
-    connections to a server admitting 2 asamples per turn: the fetch is answered before most of
-    the asamples (it is never held), every asample is answered all the same, and /healthz
-    counts the deferred ones."""
+    """A fetch, 200 asamples and another fetch of a finished result, written at once on 202
+    open connections to a server admitting 2 asamples per turn while results go out: the last
+    fetch is answered before most of the asamples (it is never held), every asample is answered
+    all the same, and /healthz counts the deferred ones."""
     with start_server(upstream.url, "--intake-per-turn", "2") as server:
         api = Api(server.url)
         ssid = api.sampling_session()
@@ -110,10 +144,13 @@ def test_a_fetch_is_answered_while_a_burst_of_asamples_waits_its_turns(upstream)
             )
             for seq_id in range(2, 202)
         ]
-        fetch = json.dumps({"request_id": done}).encode()
-        requests.append(
-            _request("/api/v1/retrieve_future", fetch, port, "Accept: application/x-protobuf\r\n")
+        fetch = _request(
+            "/api/v1/retrieve_future",
+            json.dumps({"request_id": done}).encode(),
+            port,
+            "Accept: application/x-protobuf\r\n",
         )
+        requests = [fetch, *requests, fetch]  # a result going out, the burst, then another
         sockets = [socket.create_connection(("127.0.0.1", port)) for _ in requests]
         selector = selectors.DefaultSelector()
         try:
@@ -134,8 +171,8 @@ def test_a_fetch_is_answered_while_a_burst_of_asamples_waits_its_turns(upstream)
             selector.close()
             for sock in sockets:
                 sock.close()
-        assert sorted(order) == list(range(201))
-        assert order.index(200) < 100, order.index(200)  # the fetch: not behind the burst
+        assert sorted(order) == list(range(202))
+        assert order.index(201) < 100, order.index(201)  # the last fetch: not behind the burst
         intake = api.healthz()["intake"]
         assert intake["per_turn"] == 2 and intake["deferred"] > 0
         assert intake["admitted"] == 201 and intake["waiting"] == 0

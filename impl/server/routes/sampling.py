@@ -189,6 +189,7 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
     state = scope["state"]["server"]
+    state.intake.finishing()  # a result may be going out: new asamples wait their turn
     bounds = state.limits
     request = await _decode(
         _RETRIEVE, scope, receive, send, bounds.max_body_bytes, "--max-body-bytes"
