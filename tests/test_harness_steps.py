@@ -14,6 +14,7 @@ pytest.importorskip(
 from prometheus_client import generate_latest
 
 from impl.harness import report, steps
+from impl.server.intake import Intake
 from impl.server.store.held import HeldPolls
 
 PICKS = {"decode": "simdjson", "encode": "wire", "pool": "pyreqwest", "accesslog": "queue"}
@@ -52,6 +53,8 @@ class _State:
         @staticmethod
         def stats():
             return {"sampling_sessions": 0}
+
+    intake = Intake(16)
 
 
 def test_split_is_what_ran_between_two_scrapes():

@@ -32,7 +32,13 @@ Then the instruction-count stage (`impl.ci.gate_icount`): the CPU-bound steps co
 Valgrind in fresh processes on both commits, failing at a rise of 1.05x (`--icount-factor`);
 the timers above stay for what counting cannot see (system calls, waiting, contention). A line
 `Gate-accept: NAME` in a commit message of BASE..HEAD accepts an intended rise of NAME.
-`--only decode` gates one family's benchmarks and counts only (`make gate-demo` does).
+Then the end-to-end stage (`impl.ci.gate_e2e`): the base commit's server and HEAD's, each
+from its own exported tree, under this tree's load client in interleaved rounds (>= 3 each) of
+a closed loop of small samples, failing when HEAD's p50 latency rises or its results/s falls by
+more than 1.3x (`--e2e-factor`), on the median of the per-round ratios: a delay on a sample's
+path costs no CPU and passes the stages above.
+`--only decode` gates one family's benchmarks and counts only (`make gate-demo` does); `--only
+e2e` runs only the end-to-end stage.
 Exit 0: pass (also for a first commit); 1: a slowdown or a failure; 2: the gate could not run.
 """
 
@@ -49,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from impl import registry
-from impl.ci import gate_icount
+from impl.ci import gate_e2e, gate_icount
 from impl.measure import LARGEST_TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -260,7 +266,20 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         metavar="FAMILY[,FAMILY]",
         help="gate only these families' benchmarks and instruction-count steps, e.g. decode "
-        "(bench_decode, decode-*); families: decode, encode, pool, accesslog, endtoend, server",
+        "(bench_decode, decode-*); families: decode, encode, pool, accesslog, endtoend, server; "
+        "e2e: the end-to-end stage",
+    )
+    parser.add_argument(
+        "--e2e-factor",
+        type=float,
+        default=gate_e2e.FACTOR,
+        help="end-to-end slowdown that fails: p50 latency or results/s (default 1.3)",
+    )
+    parser.add_argument(
+        "--e2e-rounds",
+        type=int,
+        default=gate_e2e.ROUNDS,
+        help="interleaved end-to-end rounds per commit (default 3, at least 3)",
     )
     parser.add_argument("--list", action="store_true", help="print the asv -b regexes and stop")
     parser.add_argument(
@@ -288,13 +307,18 @@ def gate(args: argparse.Namespace) -> int:
     ]
     regexes = [regex(name, params) for name, params in benchmarks]
     counted = [regex(name, params) for name, params in gate_icount.gated(only)]
-    if not benchmarks and not counted:
+    end_to_end = only is None or "e2e" in only
+    if args.e2e_rounds < 3:
+        print("gate: --e2e-rounds must be at least 3", file=sys.stderr)
+        return 2
+    if not benchmarks and not counted and not end_to_end:
         print(f"gate: --only {args.only}: nothing gated (see --help)", file=sys.stderr)
         return 2
     no_valgrind = gate_icount.skipped_reason()
     print("gate: picks " + ", ".join(f"{k}={v}" for k, v in picks.items()), flush=True)
     if args.list:
-        print("\n".join(regexes + counted))
+        stage = [f"end-to-end stage ({gate_e2e.__name__})"] if end_to_end else []
+        print("\n".join(regexes + counted + stage))
         return 0
     head = git("rev-parse", "--verify", args.head)
     if head is None:
@@ -397,6 +421,10 @@ def gate(args: argparse.Namespace) -> int:
         example = counts[min(risen)]["step"] if risen else min(found).rsplit(".", 1)[-1]
         print(gate_icount.HOW_TO_ACCEPT.format(example=example))
     status = 1 if worse or risen or failed_head or missing_head else 0
+    e2e: dict[str, Any] = {}
+    if end_to_end:
+        e2e_status, e2e = gate_e2e.in_gate(base, head, args, accepted)
+        status = max(status, e2e_status) if status != 1 else 1
     if args.json:
         summary = {
             "base": base,
@@ -408,6 +436,7 @@ def gate(args: argparse.Namespace) -> int:
             "first_run": first,
             "instruction_counts": counts,
             "accepted": accepted,
+            "e2e": e2e,
         }
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     if status:
@@ -415,6 +444,7 @@ def gate(args: argparse.Namespace) -> int:
     print(
         f"gate: PASS - no gated benchmark slower by more than {args.factor}x"
         + ("" if no_valgrind else f", no instruction count up by {args.icount_factor}x")
+        + (f", end to end within {args.e2e_factor}x" if e2e else "")
     )
     return 0
 

@@ -12,7 +12,11 @@ commits on top of it:
 - `slowdown` (with `--slowdown F`, e.g. 1.08): the picked decoder also decodes, after each
   body, a body of (F - 1) times its generated tokens (a re-scan of part of the body: work
   proportional to the body, like a real regression), so a decode costs ~F times as much; the
-  demo times it directly too, and the gate's instruction-count stage measures it.
+  demo times it directly too, and the gate's instruction-count stage measures it;
+- `e2e` (`--e2e-slowdown F`, e.g. 1.5, instead of the others): the server delivers each
+  result after waiting (F - 1) times as long as the sample has been in it
+  (`impl.ci.gate_demo_e2e`); with the unchanged commit, the gate runs its end-to-end stage
+  only (`--only e2e`).
 
 Each case runs the real gate (`python -m impl.ci.gate --base <snapshot> --head <case>
 --only decode`, in the throwaway repository) `--runs` times, cases alternating, and a table
@@ -50,13 +54,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from impl.ci import gate
+from impl.ci import gate, gate_demo_e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKDIR = ROOT / ".asv" / "gate-demo"
 DECODE = "bench_decode.Decode.time_decode"
 DECODE_COUNT = "bench_icount.InstructionCount.track_instructions('decode-262k')"
-EXPECTED = {"slow": 1, "unchanged": 0, "slowdown": 1}
+EXPECTED = {"slow": 1, "unchanged": 0, "slowdown": 1, "e2e": 1}
 
 #: appended to the picked decoder's module: create() now returns a decoder that decodes twice
 SLOWDOWN = """
@@ -117,7 +121,10 @@ def create(**options):
 
 
 def patch_for(case: str, slowdown: float | None = None) -> str:
-    """The text appended to the picked decoder's module for `case`."""
+    """The text appended to the picked decoder's module for `case` (for `e2e`, to the hot
+    routes' module, `gate_demo_e2e.MODULE`; `slowdown` is then the end-to-end factor)."""
+    if case == "e2e":
+        return gate_demo_e2e.patch(slowdown)
     if case == "slowdown":
         if slowdown is None or slowdown <= 1:
             raise ValueError("the slowdown case needs a factor above 1 (--slowdown 1.08)")
@@ -291,6 +298,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="F",
         help="also run a commit whose decoder does (F - 1) more work per body, e.g. 1.08",
     )
+    parser.add_argument(
+        "--e2e-slowdown",
+        type=float,
+        metavar="F",
+        help="instead: the end-to-end stage (gate --only e2e) on a commit whose server makes "
+        "each sample's path F times as long (a sleep before a result is delivered), e.g. 1.5, "
+        "and on an unchanged commit",
+    )
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="default .asv/gate-demo")
     parser.add_argument(
         "--all-benchmarks",
@@ -314,7 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         timers(args.timers)
         return 0
     default = "slow,unchanged" + (",slowdown" if args.slowdown else "")
+    if args.e2e_slowdown:
+        default = "e2e,unchanged"
     cases = [c for c in (args.cases or default).split(",") if c]
+    if args.e2e_slowdown and set(cases) - {"e2e", "unchanged"}:
+        parser.error("--e2e-slowdown runs the cases e2e and unchanged only")
+    if "e2e" in cases and not (args.e2e_slowdown and args.e2e_slowdown > 1):
+        parser.error("the e2e case needs --e2e-slowdown F with F above 1 (e.g. 1.5)")
     if not cases or set(cases) - set(EXPECTED):
         parser.error(f"--cases: choose from {', '.join(EXPECTED)}")
     if "slowdown" in cases and not (args.slowdown and args.slowdown > 1):
@@ -326,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     if repo == ROOT or repo in ROOT.parents:
         parser.error("--workdir must not hold this repository")
 
-    options = [] if args.all_benchmarks else ["--only", "decode"]
+    options = [] if args.all_benchmarks else ["--only", "e2e" if args.e2e_slowdown else "decode"]
     cache = "" if args.no_icount_cache else str(args.workdir.resolve() / "icount-cache")
     picked = gate.picked("decode")
     module = decoder_module(picked)
@@ -340,15 +361,24 @@ def main(argv: list[str] | None = None) -> int:
             f"gate-demo: the gate in {repo} would pick decoder {there.stdout.strip() or '?'}, "
             f"not {picked}, so it would not gate the patched one\n{there.stderr[-2000:]}"
         )
-    made = sorted(set(cases) | {"slow", "unchanged"})
-    commits = {c: case_commit(repo, base, module, c, patch_for(c, args.slowdown)) for c in made}
+    made = sorted(set(cases) | ({"unchanged"} if args.e2e_slowdown else {"slow", "unchanged"}))
+    commits = {
+        c: case_commit(
+            repo,
+            base,
+            gate_demo_e2e.MODULE if c == "e2e" else module,
+            c,
+            patch_for(c, args.e2e_slowdown if c == "e2e" else args.slowdown),
+        )
+        for c in made
+    }
     print(f"gate-demo: repository {repo}, base {base[:8]} (snapshot of {ROOT})")
     shown = ", ".join(f"{case} {commit[:8]}" for case, commit in commits.items())
     print(f"gate-demo: picked decoder {picked} ({module}); commits {shown}")
-    gated = "the whole gate subset" if args.all_benchmarks else "the decode family (--only decode)"
+    gated = "the whole gate subset" if args.all_benchmarks else f"--only {options[-1]}"
     reuse = "counted afresh" if not cache else f"cached in {cache}"
     print(f"gate-demo: each gate run gates {gated}; instruction counts {reuse}")
-    for case in [c for c in made if c != "unchanged"]:
+    for case in [c for c in made if c not in ("unchanged", "e2e")]:
         ratio, seconds = direct_ratio(repo, picked, module, case)
         print(
             f"gate-demo: timed directly (CPU, best of 7): the {case} commit's decoder takes "
@@ -374,15 +404,15 @@ def main(argv: list[str] | None = None) -> int:
             correct = status == EXPECTED[case]
             decode = {**decode, "instructions": counted.get("ratio")}
             rows.append((run, case, EXPECTED[case], status, decode, max(others, default=None)))
-            rows[-1] += (correct, wall)
+            rows[-1] += (correct, wall, gate_demo_e2e.measured(written))
             print(f"gate-demo: run {run}, {case}: exit {status}, {wall:.0f} s", flush=True)
     print()
     print(
         "| run | case | expected exit | gate exit | decode ratio | decode instructions "
-        "| largest other ratio | verdict correct | wall |"
+        "| largest other ratio | end to end (HEAD/base) | verdict correct | wall |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for run, case, expected, status, decode, other, correct, wall in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for run, case, expected, status, decode, other, correct, wall, e2e in rows:
         decode_text = "n/a"
         if decode.get("ratio") is not None:
             ms = f"{decode['base'] * 1e3:.0f} -> {decode['head'] * 1e3:.0f} ms"
@@ -392,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         counted_text = "n/a" if counted is None else f"{counted:.4f}x"
         print(
             f"| {run} | {case} | {expected} | {status} | {decode_text} | {counted_text} "
-            f"| {other_text} "
+            f"| {other_text} | {e2e} "
             f"| {'yes' if correct else 'NO'} | {wall / 60:.1f} min |"
         )
     wrong = sum(not row[6] for row in rows)

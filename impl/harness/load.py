@@ -14,6 +14,9 @@ serve --baseline` and then the picked configuration, and prints them side by sid
 decoding on the server's event loop (`--offloop inline`), `--compare processes` with decode
 processes (`--offloop processes`), `--compare fetch` with fetch processes (`--offloop fetch`).
 `--profile PREFIX` records the server with py-spy (PREFIX.speedscope.json and PREFIX.svg).
+`--background-load FRACTION` runs a fixed CPU burner beside the whole load test
+(`impl.harness.burner`: a process per core busy FRACTION of every 10 ms), so "under load" is a
+scenario, not whatever else the machine runs.
 
 Every run is bounded: `--num-requests` and `--timeout` (unfinished samples are reported as
 such); processes are stopped by PID; all traffic stays on 127.0.0.0/8. SIGINT or SIGTERM stops
@@ -28,10 +31,11 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from impl.harness import faults, presets, procs, report
+from impl.harness import burner, faults, presets, procs, report
 from impl.harness.drive import client_configs as client_configs
 from impl.harness.drive import drive
 
@@ -184,6 +188,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="py-spy the server: PREFIX.speedscope.json and PREFIX.svg",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--background-load",
+        type=float,
+        metavar="FRACTION",
+        help="run a CPU burner beside the load: one process per core, each busy FRACTION "
+        "(0 < F <= 1) of every 10 ms at the server's priority, like a neighbour on the same "
+        "host; for the whole load test (both runs of --compare), stopped with it",
+    )
 
 
 def scenario_from_args(args: argparse.Namespace, shared: bool = True) -> presets.Scenario:
@@ -220,8 +232,11 @@ def run_scenario(
     profile: Path | None = None,
     progress_bar: bool = True,
     kill_one_at: float | None = None,
+    before_go: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """One run: start router and server (unless `url`), drive, sample, stop; the run dict."""
+    """One run: start router and server (unless `url`), drive, sample, stop; the run dict.
+    `before_go` is called once every client process is ready, just before they are released
+    (`impl.ci.gate_e2e` releases two runs together with it)."""
     router = None
     recorders: list = []
     commands: dict[str, list[str]] = {}
@@ -261,6 +276,8 @@ def run_scenario(
             killer = faults.KillOne(url, server_pid, kill_one_at) if kill_one_at else None
 
             def on_go() -> None:  # the measured window starts: forget the warm-up's peaks
+                if before_go is not None:
+                    before_go()
                 sampler.restart()
                 polls_at_go.update((procs.fetch_json(url + "/healthz") or {}).get("polls") or {})
                 if router_url:
@@ -356,6 +373,12 @@ def _run(args: argparse.Namespace) -> int:
         except procs.PySpyMissing as exc:
             print(f"hotpath loadtest --profile: {exc}", file=sys.stderr)
             return 2
+    try:  # one burner for the whole load test, so both sides of --compare run beside it
+        runs_budget = (scenario.timeout + 300) * (2 if args.compare else 1)
+        background = burner.start(args.background_load, seconds=runs_budget)
+    except ValueError as exc:
+        print(f"hotpath loadtest: {exc}", file=sys.stderr)
+        return 2
     runs = []
     label = "baseline" if args.baseline else ("picked" if not args.url else "server")
     if args.compare == "baseline":
@@ -390,12 +413,21 @@ def _run(args: argparse.Namespace) -> int:
     ):  # same implementations, another decode design
         other = inline_scenario(scenario, runs[0], args.compare)
         runs.insert(0, run_scenario(other, label=args.compare, **common))
+    if background is not None:
+        background.stop()
     summaries = [report.summarize(r) for r in runs]
     print(
         f"\nhotpath loadtest --preset {args.preset}: {scenario.num_requests} samples x "
         f"{scenario.num_samples} of {scenario.max_tokens} tokens, {args.client} client, "
         f"poll {scenario.poll}, load nice {scenario.load_nice}"
     )
+    if background is not None:
+        used = background.stats()
+        print(
+            f"background load: {used['processes']} burner processes busy {used['fraction']:g} "
+            f"of every {used['period_ms']:g} ms (used {used['cpu_seconds']} CPU s in "
+            f"{used['wall_seconds']} s)"
+        )
     if len(summaries) == 2:
         print(report.render_compare(*summaries))
     else:
@@ -409,6 +441,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.report:
         data = report.report_json(runs, environment=environment())
         data["argv"] = sys.argv
+        data["background_load"] = background.stats() if background is not None else None
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(data, indent=1))
         print(f"report: {args.report}")

@@ -174,8 +174,11 @@ def start_server(
     host: str = "127.0.0.1",
     timeout: float = 120.0,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Proc:
-    """`hotpath serve` on a free port; ready when GET /healthz answers 200."""
+    """`hotpath serve` on a free port; ready when GET /healthz answers 200. `cwd`: run the
+    server of the source tree there (`python -m` imports `impl` from the working directory),
+    e.g. another commit's, with this interpreter."""
     port = free_port(host)
     command = hotpath_command(
         "serve", "--host", host, "--port", str(port), "--router-url", router_url, *extra
@@ -185,7 +188,7 @@ def start_server(
     output = tempfile.TemporaryFile()  # noqa: SIM115 -- closed by Proc.stop
     process = subprocess.Popen(
         command,
-        cwd=_ROOT,
+        cwd=cwd or _ROOT,
         stdout=output,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},

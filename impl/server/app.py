@@ -32,6 +32,7 @@ from impl.server import offloop, routes
 from impl.server import picks as picks_module
 from impl.server.baseline import BaselineStore
 from impl.server.forward import BodyBudget, ForwardRunner
+from impl.server.intake import Intake
 from impl.server.limits import Limits
 from impl.server.picks import Picks
 from impl.server.protocol import QUIET_PATHS as QUIET
@@ -194,6 +195,7 @@ async def lifespan(
     state.poll_hold = settings.poll_hold
     state.retry_after = str(settings.retry_after).encode()
     state.limits = Limits.from_settings(settings)
+    state.intake = Intake(0 if settings.baseline else settings.intake_per_turn)
     await store.open()
     state.lag.start()
     state.gc.start()

@@ -19,6 +19,9 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
 - `held_polls_total{kind,reason}`: why held polls answered (`impl.server.store.held`: kind future or
   session; reason at_once, woken, batch_deadline, hold_expired, released), counted by each
   process for its own polls (also on a shared store), the same counts as /healthz `held_polls`.
+- `intake_admitted_total`, `intake_deferred_total` (asamples admitted, of which waited for a
+  later loop turn: `impl.server.intake`) and `intake_waiting` (waiting now), each process its
+  own, the same counts as /healthz `intake`.
 - `upstream_failures_total{class}` (connect, read, http_5xx, http_status, decode, choices,
   decode_worker (a decode process died holding the sample),
   internal, shutdown) and `upstream_retries_total`.
@@ -222,6 +225,20 @@ class Metrics:
             registry=reg,
             multiprocess_mode="livemin",
         )
+        self._intake = {
+            key: Counter(f"hotpath_intake_{key}", text, registry=reg)
+            for key, text in (
+                ("admitted", "asample requests admitted by the intake (impl.server.intake)"),
+                ("deferred", "asample requests that waited for a later event-loop turn"),
+            )
+        }
+        self._intake_synced = dict.fromkeys(self._intake, 0)
+        self._intake_waiting = Gauge(
+            "hotpath_intake_waiting",
+            "asample requests waiting for their event-loop turn now",
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
         self._store_counters = {
             key: Counter("hotpath_" + name.removesuffix("_total"), f"store: {key}", registry=reg)
             for key, name in STORE_COUNTERS.items()
@@ -345,6 +362,12 @@ class Metrics:
         if health is not None:
             self._unavailable.sync({(op,): n for op, n in health.failed.items()})
         self._available.set(0 if state.store.unavailable() else 1)
+        intake = state.intake.stats()  # this process's asamples
+        for key, counter in self._intake.items():
+            if intake[key] > self._intake_synced[key]:
+                counter.inc(intake[key] - self._intake_synced[key])
+            self._intake_synced[key] = intake[key]
+        self._intake_waiting.set(intake["waiting"])
         if state.store.describe()["kind"] != "memory" and state.settings.worker_index != 0:
             return  # a shared store's figures count every process: worker 0 alone exports them
         stats = state.store.stats()

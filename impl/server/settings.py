@@ -94,6 +94,12 @@ class Settings:
         "takes ~0.5 s, and a health check's fresh connection waited tens of seconds behind a "
         "burst of new client connections; --no-eager-accept restores libuv's behaviour",
     )
+    intake_per_turn: int = _opt(
+        16,
+        "asample requests that proceed per event-loop turn; the rest wait for a later turn, "
+        "so polls, fetches and completions are not queued behind a burst of submissions "
+        "(impl/server/intake.py; 0: no bound, as before and with --baseline)",
+    )
     keep_alive: float = _opt(75.0, "seconds an idle client connection is kept open")
     upstream_connections: int = _opt(1024, "most connections the pool opens to the router")
     connect_timeout: float = _opt(60.0, "seconds to get a connection to the router")
@@ -112,14 +118,15 @@ class Settings:
     )
     session_batch: int = _opt(
         32,
-        "while a sampling session has samples pending, its held retrieve_futures poll answers "
-        "once this many completions are waiting (or after --session-batch-wait): one poll per "
-        "batch, not per sample; a session with nothing else pending is answered at once",
+        "the most completions a filling batch collects before its retrieve_futures poll "
+        "answers: a session's poll answers at once when completions are waiting and no batch "
+        "is filling, and a batch fills only while completions arrive faster than polls carry "
+        "them (Nagle's algorithm with a cork; docs/server.md)",
     )
     session_batch_wait: float = _opt(
-        1.0,
-        "the longest a busy sampling session's completions wait for a batch to fill: seconds "
-        "after its previous retrieve_futures answer (0: answer every completion at once)",
+        0.25,
+        "the longest a filling batch waits: seconds after its oldest completion arrived (0: "
+        "answer every completion at once)",
     )
     metadata_first_bytes: int = _opt(
         1 << 20,
@@ -289,6 +296,7 @@ class Settings:
             "shutdown_timeout",
             "port",
             "session_batch_wait",
+            "intake_per_turn",
             "metadata_first_bytes",
             "worker_index",
             "offloop_min_bytes",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.server.forward import ForwardRunner
+from impl.server.intake import Intake
 from impl.server.limits import Limits
 from impl.server.picks import Picks
 from impl.server.sessions import Sessions
@@ -141,6 +142,8 @@ class State:
     http_refused: Counter[str] = field(default_factory=Counter)
     #: set on SIGTERM: /readyz answers 503 while the server drains (--drain-delay)
     draining: bool = False
+    #: asamples admitted per loop turn (impl.server.intake)
+    intake: Intake = field(default_factory=lambda: Intake(0))
 
     def uptime(self) -> float:
         return time.monotonic() - self.started

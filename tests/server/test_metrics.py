@@ -116,6 +116,11 @@ def test_figures_move_under_a_small_load(server, api):
             held = moved("hotpath_held_polls_total", kind=kind, reason=reason)
             assert held == count - held_before[kind][reason], (kind, reason)
     assert sum(held_after["future"].values()) > sum(held_before["future"].values())  # exercised
+    intake = api.healthz()["intake"]  # the same counts as /healthz intake, which admitted all 24
+    assert value(after, "hotpath_intake_admitted_total") == intake["admitted"]
+    assert moved("hotpath_intake_admitted_total") == 24
+    assert value(after, "hotpath_intake_deferred_total") == intake["deferred"]
+    assert value(after, "hotpath_intake_waiting") == 0
     info = [dict(labels) for (name, labels) in after if name == "hotpath_build_info"]
     assert len(info) == 1
     assert {f: info[0][f"pick_{f}"] for f in picks} == picks

@@ -53,6 +53,7 @@ async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
     state = scope["state"]["server"]
+    state.intake.finishing()  # results may be going out: new asamples wait their turn
     cap, flag = state.limits.body_cap("/api/v1/retrieve_futures")
     request = await _decode(_RETRIEVE_FUTURES, scope, receive, send, cap, flag)
     if request is None:

@@ -116,6 +116,7 @@ async def healthz(state: ServerState) -> dict[str, Any]:
         "sessions": state.sessions.stats(),
         "polls": dict(state.polls),
         "held_polls": state.store.held_polls.snapshot(),
+        "intake": state.intake.stats(),
         "forwards_in_flight": len(state.forwards.tasks),
         "forward_attempts": state.forwards.attempts,
         "offloop": {

@@ -128,6 +128,7 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
     state = scope["state"]["server"]
+    await state.intake.turn()  # a burst of submissions waits its turn (impl.server.intake)
     bounds = state.limits
     cap = bounds.asample_body_bytes
     request = await _decode(_ASAMPLE, scope, receive, send, cap, "--max-prompt-tokens")
@@ -188,6 +189,7 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
     if not has_api_key(scope):
         return await respond(send, 401, API_KEY_MESSAGE)
     state = scope["state"]["server"]
+    state.intake.finishing()  # a result may be going out: new asamples wait their turn
     bounds = state.limits
     request = await _decode(
         _RETRIEVE, scope, receive, send, bounds.max_body_bytes, "--max-body-bytes"

@@ -48,7 +48,7 @@ class Retention:
     max_outstanding: int
     max_result_bytes: int
     dedup_ttl: float = 600.0
-    session_batch_wait: float = 1.0
+    session_batch_wait: float = 0.25
     session_batch_size: int = 32
 
     def refusal(self, pending: int, stored: int, where: str = "") -> str | None:
@@ -160,11 +160,13 @@ class FutureStore(Protocol):
 
         First drops every completion at or before `cursor` (the client has seen them). While
         none is left, waits up to `hold` seconds for one (0: answers at once). Once there are
-        some, answers at once when none of the target's samples is still pending, when
-        `session_batch_size` (or `limit`) are waiting, or when `session_batch_wait` seconds
-        have passed since the target's previous answer; otherwise it keeps collecting until
-        then (never past `hold`), so a busy session gets one answer per batch, not one per
-        completion. At most `limit` completions per answer. The new cursor is
+        some, answers at once unless a batch is filling (`impl.server.store.completions.hold_for`:
+        two or more waiting and more pending, arriving faster than polls carry them); a filling
+        batch is answered when `session_batch_size` (or `limit`) are waiting, when none of the
+        target's samples is pending any more, when the completions pause, or
+        `session_batch_wait` seconds after the oldest arrived (never past `hold`), so an idle
+        session's completion goes at once and a busy session gets one answer per batch. At most
+        `limit` completions per answer. The new cursor is
         the last position answered, or `cursor` itself when nothing is answered. None when
         `cursor` is neither 0 nor a position this store handed out for `target` (a cursor from
         a server that has since restarted, or from another session).

@@ -14,12 +14,16 @@ client got from an earlier server (a restart lost the in-memory records) is reco
 unknown instead of silently skipping the new log's entries. Entries of records already evicted
 are dropped from the front by the store's sweep; the log never outgrows the live records.
 
-A held poll answers at once when none of the target's samples is pending any more; while some
-are, it answers once `batch_size` completions are waiting or `batch_wait` seconds after the
-target's previous answer, so a busy session costs one poll per batch, not one per sample (and
-a completion wakes the held poll only when it makes the answer due, not each time).
+When a poll may answer is `hold_for`'s rule, Nagle's algorithm with a cork: a poll answers at
+once when completions are waiting and no batch is filling (one completion, the target's last
+pending sample, or `batch_size` of them); a batch fills only while completions arrive faster
+than polls carry them (two or more arrived while the previous answer was on its way) and keep
+arriving (no pause of four times their mean interval), for at most `batch_wait` seconds
+after the oldest of them arrived. An idle session's completion is therefore answered at once,
+and a busy one's polls carry up to `batch_size` completions each (a completion wakes a held
+poll only when it makes the answer due: the first, a full batch, or the last pending).
 `SessionLogs` is the embedded (in-memory) implementation the MemoryStore delegates to; a
-shared store keeps the same facts in its own storage.
+shared store keeps the same facts in its own storage (its scripts apply the same rule).
 """
 
 from __future__ import annotations
@@ -53,19 +57,55 @@ def cursor_base() -> int:
     return int(time.time() * 1000) << 10
 
 
+#: A filling batch is answered once no completion came for PAUSE_INTERVALS times their mean
+#: interval (a pause: the flow slowed below what polls carry), but never sooner than
+#: PAUSE_FLOOR seconds after the newest: completions that land in one event-loop turn have no
+#: interval between them, and on a busy machine a turn, or a store's round trip, takes
+#: milliseconds (with 2 intervals and 2 ms, a loaded shared store saw pauses in a steady flow).
+PAUSE_INTERVALS = 4
+PAUSE_FLOOR = 0.005
+
+
+def hold_for(
+    waiting: int,
+    pending: int,
+    batch: int,
+    first_at: float,
+    last_at: float,
+    now: float,
+    batch_wait: float,
+) -> float:
+    """Seconds a poll with `waiting` (>= 1) completions should still hold (0: answer now).
+
+    `pending`: the target's samples not finished yet; `batch`: the most one answer carries
+    (`min(limit, batch_size)`); `first_at`/`last_at`: when the oldest and the newest waiting
+    completion arrived; `batch_wait`: the longest a batch fills. Due at once when nothing more
+    is coming, the batch is full, or only one completion is waiting (it came no faster than the
+    previous answer took: nothing to batch); otherwise the batch fills until the completions
+    pause (no new one for PAUSE_INTERVALS times their mean interval, PAUSE_FLOOR at least) or
+    `batch_wait` after the oldest."""
+    if pending <= 0 or waiting >= batch or waiting < 2:
+        return 0.0
+    interval = (last_at - first_at) / (waiting - 1)
+    until = min(last_at + max(PAUSE_INTERVALS * interval, PAUSE_FLOOR), first_at + batch_wait)
+    return max(0.0, until - now)
+
+
 class Entry(NamedTuple):
-    """One completion: its log position, request id, `finished`/`failed`, payload bytes."""
+    """One completion: its log position, request id, `finished`/`failed`, payload bytes, and
+    the loop time it arrived (batching; 0 where the store keeps it elsewhere)."""
 
     position: int
     request_id: str
     state: str
     size: int
+    at: float = 0.0
 
 
 class SessionLog:
     """One target's completions after the last acknowledged cursor, and its held polls."""
 
-    __slots__ = ("base", "entries", "head", "last_answer", "pending", "waiters")
+    __slots__ = ("base", "entries", "head", "pending", "waiters")
 
     def __init__(self, base: int) -> None:
         self.base = base
@@ -73,17 +113,15 @@ class SessionLog:
         self.entries: deque[Entry] = deque()
         #: samples of this target submitted and not yet finished
         self.pending = 0
-        #: loop time of the last answer that carried entries (batching; see the store)
-        self.last_answer = float("-inf")
         self.waiters: list[asyncio.Future[str]] = []
 
     def knows(self, cursor: int) -> bool:
         """True for 0 (from the beginning) and for any position this log has handed out."""
         return cursor == 0 or self.base <= cursor <= self.head
 
-    def append(self, request_id: str, state: str, size: int) -> None:
+    def append(self, request_id: str, state: str, size: int, at: float) -> None:
         self.head += 1
-        self.entries.append(Entry(self.head, request_id, state, size))
+        self.entries.append(Entry(self.head, request_id, state, size, at))
 
     def trim(self, cursor: int) -> None:
         """Drop the entries at or before `cursor` (the client has seen them)."""
@@ -132,7 +170,8 @@ class SessionLogs:
         """The sample of `key` finished (`ok`, `size` payload bytes) or failed."""
         log = self.log(target_of(*key))
         log.pending -= 1
-        log.append(request_id, "finished" if ok else "failed", size if ok else 0)
+        now = asyncio.get_running_loop().time()
+        log.append(request_id, "finished" if ok else "failed", size if ok else 0, now)
         waiting = len(log.entries)
         if waiting == 1 or waiting >= self.batch_size or log.pending <= 0:
             log.wake()  # the first completion, a full batch, or the last one pending
@@ -168,12 +207,19 @@ class SessionLogs:
         deadline = loop.time() + hold
         # what released the last wait: why this poll answers now
         reason = RELEASED if self.released else AT_ONCE
+        batch = min(limit, self.batch_size)
         while not self.released:
             until = deadline
-            if log.entries:
-                if log.pending <= 0 or len(log.entries) >= min(limit, self.batch_size):
+            entries = log.entries
+            if entries:
+                now = loop.time()
+                wait = hold_for(
+                    len(entries), log.pending, batch, entries[0].at, entries[-1].at, now,
+                    self.batch_wait,
+                )  # fmt: skip
+                if wait <= 0:
                     break
-                until = min(deadline, log.last_answer + self.batch_wait)
+                until = min(deadline, now + wait)
             if loop.time() >= until:
                 break
             waiter = loop.create_future()
@@ -187,7 +233,6 @@ class SessionLogs:
         entries = log.first(limit)
         if not entries:
             return [], cursor
-        log.last_answer = loop.time()
         return entries, entries[-1].position
 
     def stats(self) -> dict[str, int]:

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from impl.server.store import Retention
-from impl.server.store.completions import CLONE_BLOCK, target_of
+from impl.server.store.completions import CLONE_BLOCK, PAUSE_FLOOR, hold_for, target_of
 from impl.server.store.memory import MemoryStore
 from impl.server.store.redis import embedded
 
@@ -193,50 +193,108 @@ def test_held_poll_answers_on_the_first_completion_or_after_the_hold(make):
     run(go())
 
 
-def test_busy_session_is_answered_in_batches(make):
-    """While other samples of the session are pending, completions are collected for the batch
-    wait after the previous answer; once none is pending, the answer goes at once."""
+def test_hold_for_answers_at_once_when_no_batch_is_filling():
+    """The batching rule on given times (seconds): one completion waiting, nothing more
+    pending, or a full batch answer at once; two or more arriving faster than polls carry them
+    hold until they pause (four times their mean interval) or the batch wait after the
+    oldest."""
+    assert hold_for(1, 10, 32, 5.0, 5.0, 5.0, 0.25) == 0  # one waiting: nothing to batch
+    assert hold_for(5, 0, 32, 5.0, 5.004, 5.005, 0.25) == 0  # the last pending is here
+    assert hold_for(32, 10, 32, 5.0, 5.031, 5.032, 0.25) == 0  # a full batch
+    assert hold_for(4, 10, 3, 5.0, 5.003, 5.004, 0.25) == 0  # `limit` below the batch size
+    # Two arrived 10 ms apart, a millisecond ago: hold until 40 ms after the newest.
+    assert hold_for(2, 10, 32, 5.0, 5.010, 5.011, 0.25) == pytest.approx(0.039)
+    assert hold_for(2, 10, 32, 5.0, 5.010, 5.050, 0.25) == 0  # they paused: answer
+    # A steady stream 2 ms apart is held to the batch wait after the oldest at most.
+    assert hold_for(20, 10, 32, 5.0, 5.038, 5.039, 0.25) == pytest.approx(0.007)
+    assert hold_for(31, 10, 32, 4.8, 5.049, 5.0495, 0.25) == pytest.approx(0.0005)
+    assert hold_for(31, 10, 32, 4.7, 5.049, 5.0495, 0.25) == 0  # past the batch wait
+    # Several in the same loop turn (no interval): the pause floor, not zero.
+    assert hold_for(3, 10, 32, 5.0, 5.0, 5.0, 0.25) == pytest.approx(PAUSE_FLOOR)
+    assert hold_for(3, 10, 32, 5.0, 5.0, 5.0, 0.0) == 0  # batch wait 0: never batch
+
+
+def test_idle_session_completions_are_answered_at_once(make):
+    """A poll held when a completion arrives answers it at once (`woken`), and a poll that
+    finds one completion waiting answers at once (`at_once`): one poll per completion, even with
+    other samples pending and a long batch wait."""
 
     async def go():
-        s = await _opened(make, session_batch_wait=0.3)
+        s = await _opened(make, session_batch_wait=30.0)
         loop = asyncio.get_running_loop()
-        records = [await s.create((SS, i), 1) for i in range(4)]
-        await s.complete(records[0], b"x")
-        first, cursor = await s.session_completions(TARGET, 0, 5)  # no previous answer: at once
-        assert len(first) == 1
-        for i, record in enumerate(records[1:3]):
-            loop.call_later(
-                0.02 * (i + 1), lambda r=record: asyncio.ensure_future(s.complete(r, b"x"))
-            )
-        started, before = loop.time(), _reasons(s)
-        batch, cursor = await s.session_completions(TARGET, cursor, 5)
-        waited = loop.time() - started
-        assert [e.request_id for e in batch] == [r.request_id for r in records[1:3]]
-        assert waited >= 0.2  # held for the batch wait, not answered per completion
-        assert _reasons(s)["hold_expired"] == before["hold_expired"]  # not held for the 5 s
-        loop.call_later(0.02, lambda: asyncio.ensure_future(s.complete(records[3], b"x")))
-        last, _ = await s.session_completions(TARGET, cursor, 5)  # the last pending one
-        assert [e.request_id for e in last] == [records[3].request_id]
+        records = [await s.create((SS, i), 1) for i in range(6)]  # 6 pending: a busy session
+        cursor, before = 0, _reasons(s)
+        for record in records[:4]:
+            loop.call_later(0.01, lambda r=record: asyncio.ensure_future(s.complete(r, b"x")))
+            entries, cursor = await s.session_completions(TARGET, cursor, 30)
+            assert [e.request_id for e in entries] == [record.request_id]
+        assert _since(before, s) == {"woken": 4}
+        await s.complete(records[4], b"x")
+        before = _reasons(s)
+        entries, cursor = await s.session_completions(TARGET, cursor, 30)
+        assert [e.request_id for e in entries] == [records[4].request_id]
+        assert _since(before, s) == {"at_once": 1}
         await s.aclose()
 
     run(go())
 
 
-def test_full_batch_is_answered_before_the_batch_wait(make):
+def test_busy_session_polls_carry_batches(make):
+    """Completions arriving faster than polls carry them (one every ~1 ms, each poll's answer
+    taking ~5 ms to come back as the next poll) are batched: at most 0.05 polls per completion
+    (the issue's 1.05 polls served per result with the fetch), not one each."""
+
+    async def go():
+        s = await _opened(make, session_batch_wait=30.0)
+        count = 640
+        records = [await s.create((SS, i), 1) for i in range(count + 1)]  # one stays pending
+
+        async def produce():
+            for record in records[:count]:
+                await s.complete(record, b"x")
+                await asyncio.sleep(0.001)
+
+        producer = asyncio.ensure_future(produce())
+        cursor, seen, polls, before = 0, 0, 0, _reasons(s)
+        while seen < count:
+            entries, cursor = await s.session_completions(TARGET, cursor, 30)
+            polls += 1
+            seen += len(entries)
+            await asyncio.sleep(0.005)  # the answer on its way, the next poll on its way back
+        await producer
+        assert seen == count
+        assert polls <= 0.05 * count, (polls, _since(before, s))
+        assert _since(before, s).get("hold_expired", 0) == 0  # never held for the 30 s hold
+        await s.aclose()
+
+    run(go())
+
+
+def test_filling_batch_closes_when_completions_pause_or_fill(make):
+    """Two completions waiting with more pending start a batch; it is answered once they
+    pause (`batch_deadline`, long before the 30 s hold and batch wait) or once it is full
+    (`woken` by the completion that fills it)."""
+
     async def go():
         s = await _opened(make, session_batch_wait=30.0, session_batch_size=3)
         loop = asyncio.get_running_loop()
-        records = [await s.create((SS, i), 1) for i in range(5)]
+        records = [await s.create((SS, i), 1) for i in range(8)]
         await s.complete(records[0], b"x")
-        _, cursor = await s.session_completions(TARGET, 0, 60)  # the first answer: at once
-        for i, record in enumerate(records[1:4]):
-            loop.call_later(
-                0.02 * (i + 1), lambda r=record: asyncio.ensure_future(s.complete(r, b"x"))
-            )
+        await asyncio.sleep(0.2)  # 200 ms apart: a pause is 800 ms
+        await s.complete(records[1], b"x")
         before = _reasons(s)
-        batch, _ = await s.session_completions(TARGET, cursor, 60)
-        assert [e.request_id for e in batch] == [r.request_id for r in records[1:4]]
-        assert _since(before, s) == {"woken": 1}  # three waiting: not held for the 30 s wait
+        entries, cursor = await s.session_completions(TARGET, 0, 30)
+        assert [e.request_id for e in entries] == [r.request_id for r in records[:2]]
+        assert _since(before, s) == {"batch_deadline": 1}
+        # Two more 100 ms apart (a pause is 400 ms), then the third fills the batch of 3.
+        await s.complete(records[2], b"x")
+        await asyncio.sleep(0.1)
+        await s.complete(records[3], b"x")
+        loop.call_later(0.01, lambda: asyncio.ensure_future(s.complete(records[4], b"x")))
+        before = _reasons(s)
+        entries, cursor = await s.session_completions(TARGET, cursor, 30)
+        assert [e.request_id for e in entries] == [r.request_id for r in records[2:5]]
+        assert _since(before, s) == {"woken": 1}
         await s.aclose()
 
     run(go())

@@ -7,21 +7,22 @@ samples pending. Here the facts live in the engine, so a poll may land on any pr
 cursor survives a restart of every process:
 
 - `{p}sl:<sampling_session_id>` is a hash holding, per clone `c`, `c:b` (the log's base
-  position), `c:h` (the newest position handed out), `c:p` (samples pending) and `c:a` (the
-  wall-clock ms of the previous answer that carried completions, for batching). `create`
+  position), `c:h` (the newest position handed out) and `c:p` (samples pending). `create`
   writes base, head and pending in the same script that creates the record; finishing a
   session deletes the hash with the session (it lives exactly as long as the session does).
-- `{p}sq:<clone>:<sampling_session_id>` is a list of `"<request_id> <state> <size>"`, appended
-  by the very script that finishes the record (`redis_scripts.FINISH`), so a completion and its
-  log entry are one atomic change. The first element sits at position `head - LLEN + 1`. The
+- `{p}sq:<clone>:<sampling_session_id>` is a list of `"<request_id> <state> <size> <ms>"` (ms:
+  the engine's clock when it arrived, for batching), appended by the very script that
+  finishes the record (`scripts.FINISH`), so a completion and its log entry are one atomic
+  change. The first element sits at position `head - LLEN + 1`. The
   list expires with the longest retention clock after its last append: an entry is worth
   nothing once its record is gone.
 - `ANSWER` (below) is one poll's read: it checks the cursor, trims what was seen, drops entries
   whose record was evicted from the front (the memory store's sweep), and says whether the
-  answer is due. A held poll registers its waiter first, then runs it; FINISH publishes the
-  target on the store's channel when the answer becomes due (the first completion, a full
-  batch, or the last pending), and the poll runs it again when woken, when its batch wait ends
-  and when its hold ends, so a missed message delays an answer but never loses a completion.
+  answer is due (`hold_for`'s rule, on the engine's clock). A held poll registers its waiter
+  first, then runs it; FINISH publishes the target on the store's channel when the answer may
+  become due (the first completion, a full batch, or the last pending), and the poll runs it
+  again when woken, when its filling batch may be due and when its hold ends, so a missed
+  message delays an answer but never loses a completion.
 
 Positions are below 2**53 (`cursor_base`): Lua reads numbers as doubles, and so do many
 JSON readers.
@@ -34,14 +35,23 @@ from collections.abc import Iterable
 from typing import Any
 
 from impl.server.store import SESSION_ANSWER_LIMIT, Key
-from impl.server.store.completions import CLONE_BLOCK, Entry, Target, cursor_base
+from impl.server.store.completions import (
+    CLONE_BLOCK,
+    PAUSE_FLOOR,
+    PAUSE_INTERVALS,
+    Entry,
+    Target,
+    cursor_base,
+)
 from impl.server.store.held import AT_ONCE, RELEASED, WOKEN, hold_until, settle
 from impl.server.store.redis.scripts import bucket, guard, now_ms
 
-# KEYS: meta hash, list. ARGV: clone, cursor, limit, batch size, now ms, batch wait ms, record
-# key prefix, final (1: answer whatever there is). Returns -1 for an unknown cursor; {0} when
-# there is nothing to answer yet; {1, until ms} when completions wait for their batch; else
-# {2, new cursor, entry...}.
+# KEYS: meta hash, list. ARGV: clone, cursor, limit, batch size, pause floor ms, batch wait
+# ms, record key prefix, final (1: answer whatever there is), pause intervals. Returns -1 for
+# an unknown cursor; {0} when there is nothing to answer yet; {1, ms} when a batch is filling
+# (hold that much longer, then read again); else {2, new cursor, entry...}. The batching rule is
+# `impl.server.store.completions.hold_for`, on the engine's clock (each entry ends with the ms
+# it arrived, FINISH's TIME).
 ANSWER = """
 local c = ARGV[1]
 local cursor = tonumber(ARGV[2])
@@ -71,12 +81,20 @@ end
 if n == 0 then return {0} end
 local limit = tonumber(ARGV[3])
 local pending = tonumber(redis.call('HGET', KEYS[1], c .. ':p') or '0')
-local last = tonumber(redis.call('HGET', KEYS[1], c .. ':a') or '0')
-local now = tonumber(ARGV[5])
-local due = ARGV[8] == '1' or pending <= 0 or n >= math.min(limit, tonumber(ARGV[4]))
-if not due and now < last + tonumber(ARGV[6]) then return {1, last + tonumber(ARGV[6])} end
+local batch = math.min(limit, tonumber(ARGV[4]))
+if ARGV[8] ~= '1' and pending > 0 and n < batch and n >= 2 then
+  local oldest = string.match(redis.call('LINDEX', KEYS[2], 0), '^%S+ %S+ %S+ (%d+)$')
+  local newest = string.match(redis.call('LINDEX', KEYS[2], -1), '^%S+ %S+ %S+ (%d+)$')
+  if oldest and newest then
+    oldest, newest = tonumber(oldest), tonumber(newest)
+    local t = redis.call('TIME')
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    local pause = math.max(ARGV[9] * (newest - oldest) / (n - 1), tonumber(ARGV[5]))
+    local stop = math.min(newest + pause, oldest + tonumber(ARGV[6]))
+    if now < stop then return {1, stop - now} end
+  end
+end
 local entries = redis.call('LRANGE', KEYS[2], 0, limit - 1)
-redis.call('HSET', KEYS[1], c .. ':a', now)
 local out = {2, first + #entries - 1}
 for _, entry in ipairs(entries) do out[#out + 1] = entry end
 return out
@@ -123,6 +141,7 @@ class RedisSessionLogs:
     def __init__(self, store: Any, batch_wait: float, batch_size: int) -> None:
         self.store = store
         self.batch_wait_ms = int(batch_wait * 1000)
+        self.pause_floor_ms = max(1, round(PAUSE_FLOOR * 1000))
         self.batch_size = max(batch_size, 1)
         self.base = cursor_base()
         #: target -> this process's held polls, woken by the target's "due" messages
@@ -163,7 +182,6 @@ class RedisSessionLogs:
             waiters = self.waiters.setdefault(target, [])
             waiters.append(waiter)  # registered before the read: no message falls between
             try:
-                now = self.store.clock_ms()
                 found = await self.store.pipe.script(
                     "answer",
                     keys,
@@ -172,10 +190,11 @@ class RedisSessionLogs:
                         cursor,
                         limit,
                         self.batch_size,
-                        now,
+                        self.pause_floor_ms,
                         self.batch_wait_ms,
                         self.store.prefix + "r:",
                         int(final),
+                        PAUSE_INTERVALS,
                     ],
                 )
                 if found == -1:
@@ -189,8 +208,8 @@ class RedisSessionLogs:
                     self.store.held_polls.count("session", reason)
                     return [], cursor
                 until = deadline
-                if found[0] == 1:  # completions wait for their batch until then
-                    until = min(deadline, loop.time() + (int(found[1]) - now) / 1000 + 0.001)
+                if found[0] == 1:  # a batch is filling: read again in found[1] ms
+                    until = min(deadline, loop.time() + int(found[1]) / 1000 + 0.001)
                 if loop.time() < until:
                     reason = await hold_until(waiter, until, deadline)
             finally:
@@ -236,9 +255,6 @@ class SessionPolling:
         logs = self.session_logs
         return [logs.meta_key(key[0]), logs.list_key((key[0], key[1] // CLONE_BLOCK))]
 
-    def clock_ms(self) -> int:
-        return now_ms()
-
     def retrieved_bucket(self) -> str:
         """The bytes bucket of a retrieved clock started now."""
         return bucket(now_ms() + self.retrieved_ms)
@@ -255,5 +271,7 @@ class SessionPolling:
 
 
 def _entry(position: int, raw: bytes) -> Entry:
-    request_id, state, size = raw.decode().split(" ")
+    """An answered entry: `"<request_id> <state> <size> <ms it arrived>"` (the ms is read by
+    ANSWER only; an entry written before it was added has three fields)."""
+    request_id, state, size = raw.decode().split(" ")[:3]
     return Entry(position, request_id, state, int(size))

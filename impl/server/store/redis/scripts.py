@@ -60,7 +60,8 @@ return {value, exists}
 # itself is never a script argument: a 2 MB argument cost the engine ~8.8 ms inside EVALSHA
 # against ~8 µs for a SET (measured here), so `complete` SETs it (NX: the first generation's
 # bytes stay) in the same MULTI as this script. The completion is appended to the log in the
-# same script; the message names the target too when its held poll's answer becomes due.
+# same script, with the engine's clock in ms (the batching rule reads when each arrived); the
+# message names the target too when its held poll's answer becomes due.
 FINISH = """
 if redis.call('HGET', KEYS[1], 's') ~= 'pending' then
   redis.call('HINCRBY', KEYS[5], 'finished_twice', 1)
@@ -79,8 +80,10 @@ if redis.call('HGET', KEYS[1], 'k') ~= '' then
     local pending = redis.call('HINCRBY', KEYS[7], c .. ':p', -1)
     redis.call('HINCRBY', KEYS[7], c .. ':h', 1)
     local done = ARGV[2] == 'done'
+    local t = redis.call('TIME')
     local n = redis.call('RPUSH', KEYS[8],
-      ARGV[1] .. (done and ' finished ' .. ARGV[7] or ' failed 0'))
+      ARGV[1] .. (done and ' finished ' .. ARGV[7] or ' failed 0') .. ' '
+      .. (t[1] * 1000 + math.floor(t[2] / 1000)))
     redis.call('PEXPIRE', KEYS[8], ARGV[10])
     if n == 1 or n >= tonumber(ARGV[9]) or pending <= 0 then
       message = ARGV[1] .. ' ' .. c .. ' ' .. ARGV[11]
