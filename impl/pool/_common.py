@@ -8,6 +8,12 @@ Timeout semantics every implementation follows (the pool contract):
   is a `ReadError`;
 - no total deadline: a request the engine is still working on waits as long as bytes keep coming
   or the engine has not answered within `read_timeout`.
+`admit` (the contract's hook between an answer's headers and its body) is awaited after the
+library returned the headers and before the body is read; each library reads the body only when
+asked (aiohttp pauses the socket past 128 KiB buffered, httpcore reads 64 KiB at a time,
+pyqwest's and pyreqwest's streamed answers buffer 64 KiB), so a waiting `admit` leaves the rest
+in the kernel's socket buffers and TCP flow control stops the sender
+(tests/test_pool_parity.py measures how much the upstream got to send meanwhile).
 Idle keep-alive connections are dropped by the client after `KEEPALIVE_SECONDS`, shorter than the
 upstream's keep-alive (the router keeps 75 s), so a reused connection is never one the upstream
 is closing.
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from impl.pool import ConnectError, ForwardError, ReadError, Reply, describe
+from impl.pool import Admit, ConnectError, ForwardError, ReadError, Reply, describe
 
 DEFAULT_MAX_CONNECTIONS = 1024
 KEEPALIVE_SECONDS = 30.0
@@ -40,6 +46,13 @@ class Options:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
             raise ValueError("connect_timeout and read_timeout must be > 0 seconds")
+
+
+def content_length(value: str | None) -> int | None:
+    """An answer's Content-Length header as a number (None when absent or not a number)."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
 
 
 async def acquire_slot(slots: asyncio.Semaphore) -> None:
@@ -91,18 +104,23 @@ class HttpxForwarder:
         self._unsent_errors = (httpx.InvalidURL, httpx.UnsupportedProtocol)
         self._errors = (httpx.HTTPError, httpx.InvalidURL)
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], admit: Admit | None = None
+    ) -> Reply:
         try:
-            response = await self._client.post(url, content=body, headers=headers)
+            async with self._client.stream("POST", url, content=body, headers=headers) as response:
+                if admit is not None:
+                    await admit(
+                        response.status_code, content_length(response.headers.get("content-length"))
+                    )
+                data = await response.aread()
         except self._connect_errors as exc:
             raise ConnectError(describe(exc)) from exc
         except self._unsent_errors as exc:
             raise ConnectError(f"invalid URL: {exc}") from exc
         except self._errors as exc:  # ReadError, ReadTimeout, RemoteProtocolError, WriteError, ...
             raise ReadError(describe(exc)) from exc
-        return Reply(
-            response.status_code, response.content, response.headers.get("content-type", "")
-        )
+        return Reply(response.status_code, data, response.headers.get("content-type", ""))
 
     async def aclose(self) -> None:
         await self._client.aclose()

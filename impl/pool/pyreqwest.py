@@ -3,8 +3,10 @@
 Technique: one `pyreqwest.client.Client` built with `max_connections(N)` (a cap on requests in
 flight, hence on connections), `pool_max_idle_per_host(N)`, `connect_timeout`, `pool_timeout`
 (a day: the slot wait has no deadline in the contract), `read_timeout`, no total timeout,
-redirects and status errors off; the answer is read whole with `response.bytes()` (a Rust
-buffer, copied to `bytes`).
+redirects and status errors off; each request is built streamed (`build_streamed()`), so its
+answer's headers come first and the body is then read whole with `body_reader.bytes()` (a Rust
+buffer, copied to `bytes`; before that read at most the streamed read buffer, 64 KiB, is taken
+off the socket).
 
 Why fast: pooling, HTTP parsing and socket I/O run in Rust; Python sees one awaitable per request.
 The CPU of the Tokio threads is the client process's CPU, so the pool table counts it.
@@ -35,8 +37,8 @@ from pyreqwest.exceptions import (
     RequestError,
 )
 
-from impl.pool import ConnectError, ForwardError, ReadError, Reply
-from impl.pool._common import KEEPALIVE_SECONDS, Options
+from impl.pool import Admit, ConnectError, ForwardError, ReadError, Reply
+from impl.pool._common import KEEPALIVE_SECONDS, Options, content_length
 
 _CONNECT_PHASE = "client error (Connect)"
 
@@ -74,14 +76,19 @@ class PyreqwestForwarder:
             .build()
         )
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], admit: Admit | None = None
+    ) -> Reply:
         client = self._client
         if client is None:
             client = self._client = self._build()
         try:
-            request = client.post(url).headers(headers).body_bytes(body).build()
-            response = await request.send()
-            data = await response.bytes()
+            request = client.post(url).headers(headers).body_bytes(body).build_streamed()
+            async with request as response:
+                if admit is not None:
+                    length = content_length(response.get_header("content-length"))
+                    await admit(response.status, length)
+                data = await response.body_reader.bytes()
         except BuilderError as exc:  # an unusable URL or header: never sent
             raise ConnectError(f"invalid request: {exc}") from exc
         except RequestError as exc:

@@ -14,13 +14,17 @@ them), decodes one body at a time in its one decode thread (so with a decoder th
 GIL its loop keeps completing other receives meanwhile) and drops the body and the decoded
 buffers once the proto bytes are written. Requests go to the process with the fewest in
 flight. The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-
-flight`: the expected size is reserved before the request goes to a process, the real size once
-the process answers). Each process's pool gets an equal share of `--upstream-connections`.
+flight`): when a router answer's headers arrive, the process asks the server for its
+Content-Length (the pool contract's `admit`) and reads the body only once the server granted it;
+until then the body waits in the socket. Each process's pool gets an equal share of
+`--upstream-connections`.
 
-Frames: request = `<QII` (job id, meta length, request length), meta (orjson: prompt tokens, n,
-top-k, include prompt logprobs), the router request; answer = `<QcQQBddd` (job id, `o` ok or
-`e` error, payload length, body bytes, attempts, upstream/decode/encode seconds), payload (proto
-bytes, or orjson [failure class, message]). A process that dies fails exactly the requests it
+Frames, server to process: `<cQII` then data: `r` request (job id, meta length, request length),
+meta (orjson: url, prompt tokens, n, top-k, include prompt logprobs), the router request; `g`
+grant (job id, 0, 0: the body of that job may be read). Process to server: `<Qc` (job id, kind)
+then by kind: `a` admit `<Hq` (status, Content-Length or -1); `o` ok / `e` error `<QQBddd`
+(payload length, body bytes, attempts, upstream/decode/encode seconds), payload (proto bytes,
+or orjson [failure class, message]). A process that dies fails exactly the requests it
 held, with a message saying so (not retried: the router may still be generating them), and is
 replaced. A process exits when the server's end of its socket closes, so a killed server leaves
 no orphan; on shutdown the server closes every socket, waits briefly, then kills by PID.
@@ -42,12 +46,15 @@ from typing import Any
 
 import orjson
 
+from impl.pool import Admit
 from impl.server.offloop.children import Child, ChildDied, Children, failure_of, failure_payload
 from impl.server.offloop.inline import DecodeJob, Fetched, to_proto
 from impl.server.upstream import UpstreamFailed
 
-_REQUEST = struct.Struct("<QII")
-_ANSWER = struct.Struct("<QcQQBddd")
+_REQUEST = struct.Struct("<cQII")
+_HEAD = struct.Struct("<Qc")
+_ADMIT = struct.Struct("<Hq")
+_RESULT = struct.Struct("<QQBddd")
 _READY = b"hotpath-fetch-process ready\n"
 _READ_LIMIT = 4 << 20
 
@@ -58,14 +65,26 @@ class _FetchProcess(Child):
     def __init__(self, process: asyncio.subprocess.Process, reader: Any, writer: Any) -> None:
         super().__init__(process, reader, writer)
         self.jobs: dict[int, asyncio.Future[Fetched]] = {}
+        #: each job's `admit` (the server's BodyBudget), and the grants being waited for
+        self.admits: dict[int, Admit] = {}
+        self.granting: dict[int, asyncio.Task[None]] = {}
         self.listener: asyncio.Task[None] | None = None
 
     async def listen(self) -> None:
         """Resolve each job's future from its answer frame, until the socket ends."""
         reader = self.reader
         while True:
-            head = await reader.readexactly(_ANSWER.size)
-            job_id, kind, size, body_bytes, attempts, up, dec, enc = _ANSWER.unpack(head)
+            job_id, kind = _HEAD.unpack(await reader.readexactly(_HEAD.size))
+            if kind == b"a":
+                status, length = _ADMIT.unpack(await reader.readexactly(_ADMIT.size))
+                admit = self.admits.get(job_id)
+                if admit is not None:
+                    grant = self._grant(job_id, admit, status, None if length < 0 else length)
+                    self.granting[job_id] = asyncio.get_running_loop().create_task(grant)
+                continue
+            size, body_bytes, attempts, up, dec, enc = _RESULT.unpack(
+                await reader.readexactly(_RESULT.size)
+            )
             payload = await reader.readexactly(size)
             future = self.jobs.pop(job_id, None)
             if future is None or future.done():
@@ -74,6 +93,22 @@ class _FetchProcess(Child):
             if kind != b"o":
                 failure, payload = failure_of(payload), b""
             future.set_result(Fetched(payload, failure, body_bytes, attempts, up, dec, enc))
+
+    async def _grant(self, job_id: int, admit: Admit, status: int, length: int | None) -> None:
+        """Wait for the budget, then tell the process it may read that job's body."""
+        await admit(status, length)
+        if job_id in self.jobs and not self.writer.is_closing():
+            self.writer.write(_REQUEST.pack(b"g", job_id, 0, 0))
+
+    async def forget(self, job_id: int) -> None:
+        """The job is over: drop it, and stop waiting for its grant."""
+        self.jobs.pop(job_id, None)
+        self.admits.pop(job_id, None)
+        grant = self.granting.pop(job_id, None)
+        if grant is not None and not grant.done():
+            grant.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await grant
 
     def ended(self) -> None:
         if self.listener is not None:
@@ -132,7 +167,7 @@ class FetchProcesses(Children):
     def fetches(self, expected_bytes: int) -> bool:
         return expected_bytes >= self.min_bytes
 
-    async def fetch(self, url: str, request: bytes, job: DecodeJob) -> Fetched:
+    async def fetch(self, url: str, request: bytes, job: DecodeJob, admit: Admit) -> Fetched:
         self.offloop += 1
         while not self.alive:  # every process died at once: wait for a replacement
             if self.closing:
@@ -142,9 +177,10 @@ class FetchProcesses(Children):
         job_id = next(self._ids)
         future: asyncio.Future[Fetched] = asyncio.get_running_loop().create_future()
         child.jobs[job_id] = future
+        child.admits[job_id] = admit
         meta = orjson.dumps([url, job.prompt_tokens, job.n, job.topk, job.include_prompt_logprobs])
         try:
-            child.writer.write(_REQUEST.pack(job_id, len(meta), len(request)) + meta)
+            child.writer.write(_REQUEST.pack(b"r", job_id, len(meta), len(request)) + meta)
             child.writer.write(request)
             await child.writer.drain()
             return await future
@@ -153,7 +189,7 @@ class FetchProcesses(Children):
         except ChildDied as exc:
             raise UpstreamFailed(str(exc), "decode_worker") from None
         finally:
-            child.jobs.pop(job_id, None)
+            await child.forget(job_id)
 
     def _usage(self) -> dict[str, Any]:
         return {"in_flight": {str(pid): len(c.jobs) for pid, c in sorted(self.alive.items())}}
@@ -172,8 +208,9 @@ async def _died(future: asyncio.Future[Fetched], exc: BaseException) -> Fetched:
 # -- the fetch process ------------------------------------------------------------------------
 
 
-async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any, ...]:
-    """One router request through this process's pool: the answer's fields after the job id."""
+async def _job(parts: dict[str, Any], meta: bytes, request: bytes, admit: Admit) -> tuple[Any, ...]:
+    """One router request through this process's pool (`admit`: ask the server for the body's
+    budget): the answer's fields after the job id."""
     from impl.server import upstream
 
     url, prompt_tokens, n, topk, include = orjson.loads(meta)
@@ -188,7 +225,7 @@ async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any,
     try:
         started = time.perf_counter()
         try:
-            reply = await upstream.post(parts["pool"], url, request, attempt)
+            reply = await upstream.post(parts["pool"], url, request, attempt, admit)
         finally:
             upstream_seconds = time.perf_counter() - started
         body_bytes = len(reply.body)
@@ -223,10 +260,21 @@ async def _serve(args: argparse.Namespace) -> int:
     reader, writer = await asyncio.open_unix_connection(sock=channel, limit=_READ_LIMIT)
     writer.write(_READY)
     tasks: set[asyncio.Task[None]] = set()
+    grants: dict[int, asyncio.Future[None]] = {}
 
     async def run(job_id: int, meta: bytes, request: bytes) -> None:
-        kind, payload, body_bytes, attempts, timings = await _job(parts, meta, request)
-        writer.write(_ANSWER.pack(job_id, kind, len(payload), body_bytes, attempts, *timings))
+        async def admit(status: int, length: int | None) -> None:
+            granted = grants[job_id] = asyncio.get_running_loop().create_future()
+            asked = _ADMIT.pack(status, -1 if length is None else length)
+            writer.write(_HEAD.pack(job_id, b"a") + asked)
+            try:
+                await granted
+            finally:
+                grants.pop(job_id, None)
+
+        kind, payload, body_bytes, attempts, timings = await _job(parts, meta, request, admit)
+        writer.write(_HEAD.pack(job_id, kind))
+        writer.write(_RESULT.pack(len(payload), body_bytes, attempts, *timings))
         writer.write(payload)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
@@ -234,7 +282,13 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         while True:
             try:
-                job_id, meta_size, size = _REQUEST.unpack(await reader.readexactly(_REQUEST.size))
+                head = await reader.readexactly(_REQUEST.size)
+                kind, job_id, meta_size, size = _REQUEST.unpack(head)
+                if kind == b"g":
+                    granted = grants.get(job_id)
+                    if granted is not None and not granted.done():
+                        granted.set_result(None)
+                    continue
                 meta = await reader.readexactly(meta_size)
                 request = await reader.readexactly(size)
             except (asyncio.IncompleteReadError, ConnectionError):
