@@ -207,6 +207,11 @@ class BodyBudget:
         }
 
 
+#: While a body is being read it is held twice: every pool's own buffer of it (aiohttp's and
+#: httpx's chunks, pyqwest's chunks, pyreqwest's Rust buffer) and the `bytes` made from it.
+RECEIVE_FACTOR = 2
+
+
 class Admission:
     """One forward's hold on the `BodyBudget`: the pool contract's `admit` (awaited between the
     router answer's headers and its body) takes the body's Content-Length, or `expected` when
@@ -221,7 +226,7 @@ class Admission:
 
     async def __call__(self, status: int, length: int | None) -> None:
         self.release()
-        size = self.expected if length is None else length
+        size = RECEIVE_FACTOR * (self.expected if length is None else length)
         await self.budget.acquire(size)
         self.held, self.holding = size, True
 
