@@ -12,8 +12,9 @@ seconds, encode seconds)` (`UpstreamFailed` saying why not):
 - `processes`: decode processes (`impl.server.offloop.processes`), for any decoder;
 - `fetch`: fetch processes (`impl.server.offloop.fetch`) that also send the router
   request and read its body with the picked pool, so the body never enters the server's process
-  (`fetch(url, request, job, admit) -> Fetched` instead of `to_proto`, for requests whose expected body
-  is `--offloop-min-bytes` or more). `auto` picks it for every decoder, as measured (`choose`).
+  (`fetch(url, request, job, admit) -> Fetched` instead of `to_proto`, for requests whose
+  expected body is `--offloop-min-bytes` or more). `auto` picks it for every decoder, as
+  measured (`choose`).
 
 Both process designs share their child-process plumbing (`impl.server.offloop.children`: start
 on a socket pair, reap, replace, stop, the failure frames). Bodies under `--offloop-min-bytes`

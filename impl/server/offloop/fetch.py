@@ -47,7 +47,14 @@ from typing import Any
 import orjson
 
 from impl.pool import Admit
-from impl.server.offloop.children import Child, ChildDied, Children, failure_of, failure_payload
+from impl.server.offloop.children import (
+    Child,
+    ChildDied,
+    Children,
+    failure_of,
+    failure_payload,
+    return_big_buffers,
+)
 from impl.server.offloop.inline import DecodeJob, Fetched, to_proto
 from impl.server.upstream import UpstreamFailed
 
@@ -316,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.nice:
         os.nice(args.nice)  # the server's loop answers first when both want a core
+    return_big_buffers()
     os.dup2(2, 1)  # stray prints go to stderr, not into the frames (the socket is fd 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the server's to handle
     return asyncio.run(_serve(args))
