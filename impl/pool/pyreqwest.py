@@ -5,7 +5,7 @@ flight, hence on connections), `pool_max_idle_per_host(N)`, `connect_timeout`, `
 (a day: the slot wait has no deadline in the contract), `read_timeout`, no total timeout,
 redirects and status errors off; each request is built streamed (`build_streamed()`), so its
 answer's headers come first and the body is then read as hyper's chunks (~400 KB each here)
-joined into one `bytes`; before that, at most the streamed read buffer (`READ_BUFFER`, 8 KiB)
+joined into one `bytes`; before that, at most the streamed read buffer (`READ_BUFFER`, 1 KiB)
 and hyper's connection buffer are taken off the socket. `body_reader.bytes()` (one Rust buffer
 copied to `bytes`) cost the same CPU per 17 MB body (11-15 ms, loaded) but its Rust allocator
 (mimalloc, bundled) kept what the buffers had grown to: 6 bodies at a time, 60 in all, held
@@ -57,9 +57,10 @@ def _error(exc: RequestError) -> ForwardError:
 #: pyreqwest needs a finite slot wait; the contract has none, so make it longer than any run.
 SLOT_WAIT = timedelta(days=1)
 #: What a streamed answer buffers before `admit` lets its body be read (pyreqwest's default is
-#: 64 KiB): with 64 answers of 17 MB waiting, 8 KiB held 0.6 MB per answer in this process and
-#: 64 KiB 1.25 MB (hyper's own read buffer is the rest); reading a body cost the same CPU.
-READ_BUFFER = 8 << 10
+#: 64 KiB). Per answer waiting in `admit` (`python -m impl.probes.waiting_answers`, 64 answers
+#: of 17 MB): 1 KiB held 0.30 MB in this process, 8 KiB 0.59 MB, 64 KiB 1.25 MB (the rest is
+#: hyper's own read buffer); reading a 17 MB body cost the same CPU (13-17 ms, loaded).
+READ_BUFFER = 1 << 10
 
 
 class PyreqwestForwarder:

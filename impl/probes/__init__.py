@@ -18,5 +18,7 @@ impl.probes.NAME`; its docstring says what it measures and how. The page quoting
 - `store_calls`: round trips and commands per result on the shared store, counted
   (docs/shared-store.md);
 - `offloop`: what handing a body to a decode process costs the event loop, per body size
-  (docs/offloop.md).
+  (docs/offloop.md);
+- `waiting_answers`: the memory an answer waiting for the body budget holds in the server's
+  process, per pool implementation (docs/offloop.md).
 """
