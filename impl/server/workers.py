@@ -107,13 +107,14 @@ class Worker:
                 self.process.wait(timeout)
 
 
-def start_embedded_store() -> EmbeddedRedis | None:
-    """The embedded redis-server of `--store embedded` (one process or several); None, the
-    reason printed for `hotpath serve`, when it cannot start."""
+def start_embedded_store(max_result_bytes: int) -> EmbeddedRedis | None:
+    """The embedded redis-server of `--store embedded` (one process or several), its memory
+    capped for `--max-result-bytes`; None, the reason printed for `hotpath serve`, when it
+    cannot start."""
     from impl.server.store.redis import embedded
 
     try:
-        return embedded.start()
+        return embedded.start(extra=embedded.memory_options(max_result_bytes))
     except RuntimeError as exc:
         print(f"hotpath serve: {exc}", file=sys.stderr)
         return None
@@ -123,7 +124,7 @@ def supervise(settings: Settings, picks: Picks) -> int:
     """Run `settings.workers` server processes until SIGTERM/SIGINT; the exit status."""
     store = None
     if settings.store_kind() == "embedded":
-        store = start_embedded_store()
+        store = start_embedded_store(settings.max_result_bytes)
         if store is None:
             return 2
         log.info("embedded store: redis-server pid %d on %s", store.pid, store.url)

@@ -307,7 +307,11 @@ class RedisStore(SessionPolling, StoreBackground):
         )
         if stored is not None:
             await stored
-        await finished
+        if await finished == -1:  # the bytes were refused (engine full): the forward retries
+            raise StoreUnavailable(
+                f"the shared store at {self.address} did not keep the result's bytes; "
+                "storing it again"
+            )
         self.owned.discard(record.request_id)
         record.state = state
         self._wake(record.request_id)
