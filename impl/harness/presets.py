@@ -142,10 +142,14 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             router_workers=2,
             timeout=3600.0,
             load_nice=10,
+            # scaled like the slots: each connection holds one answer waiting to be read, and
+            # on loopback its socket buffers (~1.4 MB, both ends) are the kernel's TCP memory:
+            # 1024 of them exceeded net.ipv4.tcp_mem here and the reads crawled (docs/offloop.md)
+            server_args=("--upstream-connections", "256"),
         ),
         "the headline run: 8192 results of 212k tokens of real mixed text (~17 MB bodies) from an "
-        "engine of 256 slots generating 5 s each (production's 2048 on 16 vCPU, scaled to 2 "
-        "cores), SDK-like re-polls, retrieved TTL 60 s, 2048 outstanding",
+        "engine of 256 slots generating 5 s each and 256 upstream connections (production's 2048 "
+        "on 16 vCPU, scaled to 2 cores), SDK-like re-polls, retrieved TTL 60 s, 2048 outstanding",
     ),
     "queue-32768": (
         Scenario(
