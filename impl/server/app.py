@@ -147,6 +147,9 @@ async def lifespan(
         settings.offloop, picks.decode.name, parts["decoder"], baseline=settings.baseline
     )
     log.info("decode design %s: %s", design, reason)
+    fetch_pool, why = offloop.fetch_pool(settings.offloop_pool, picks.pool.name)
+    if design == "fetch":
+        log.info("fetch processes' pool %s: %s", fetch_pool, why)
     runner = offloop.create(
         design,
         decoder=parts["decoder"],
@@ -156,7 +159,7 @@ async def lifespan(
         count=settings.offloop_count or offloop.default_count(),
         min_bytes=settings.offloop_min_bytes,
         nice=offloop.nice_of(design, settings.offloop_nice),
-        pool_name=picks.pool.name,
+        pool_name=fetch_pool,
         pool_options=picks_module.pool_options(settings),
     )
     await runner.start()

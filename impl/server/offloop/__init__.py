@@ -52,6 +52,21 @@ def nice_of(design: str, given: int | None) -> int:
     return 0 if design == "fetch" else 10
 
 
+def fetch_pool(given: str, picked: str) -> tuple[str, str]:
+    """(pool, reason) of the fetch processes for `--offloop-pool` = `given` (`picked`: the
+    server's pool pick, made on small answers)."""
+    from impl import registry
+
+    if given != "auto":
+        return given, "--offloop-pool (explicit)"
+    if registry.unavailable_reason("pool", "aiohttp") is None:
+        return "aiohttp", (
+            "long bodies: on 512 x 212k-token bodies aiohttp cost 55 ms of server CPU per result "
+            "(pyreqwest 58-63) and its fetch processes peaked at ~200 MB (pyreqwest ~450 MB)"
+        )
+    return picked, "the server's pool pick (aiohttp, auto's choice for long bodies, is missing)"
+
+
 def choose(design: str, decoder_name: str, decoder: Any, *, baseline: bool) -> tuple[str, str]:
     """(design, reason) for `--offloop` = `design` with the picked decoder."""
     if design not in DESIGNS:

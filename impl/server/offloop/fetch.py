@@ -148,6 +148,7 @@ class FetchProcesses(Children):
             options["max_connections"] = max(1, -(-options["max_connections"] // count))
         pool = ("--pool", pool_name, "--pool-options", orjson.dumps(options).decode())
         super().__init__(decoder, encoder, count=count, options=pool, **common)
+        self.pool_name = pool_name
         self._ids = itertools.count(1)
 
     def joined(self, child: _FetchProcess) -> None:
@@ -199,7 +200,8 @@ class FetchProcesses(Children):
             await child.forget(job_id)
 
     def _usage(self) -> dict[str, Any]:
-        return {"in_flight": {str(pid): len(c.jobs) for pid, c in sorted(self.alive.items())}}
+        in_flight = {str(pid): len(c.jobs) for pid, c in sorted(self.alive.items())}
+        return {"pool": self.pool_name, "in_flight": in_flight}
 
 
 async def _died(future: asyncio.Future[Fetched], exc: BaseException) -> Fetched:
