@@ -22,7 +22,8 @@ is closing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -45,10 +46,16 @@ class Options:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     connect_timeout: float = 60.0
     read_timeout: float = 2048.0
+    #: SO_RCVBUF of each connection (bytes; None: the kernel autotunes it), where the library
+    #: lets it be set (aiohttp and httpx-aiohttp; the others ignore it): an answer waiting for
+    #: `admit` holds at most about twice this of kernel memory on the receiving side
+    receive_buffer: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+        if self.receive_buffer is not None and self.receive_buffer < 1:
+            raise ValueError(f"receive_buffer must be >= 1 byte, got {self.receive_buffer}")
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
             raise ValueError("connect_timeout and read_timeout must be > 0 seconds")
 
@@ -78,6 +85,20 @@ def aiohttp_error(exc: BaseException) -> ForwardError:
     return ReadError(describe(exc))
 
 
+def receive_buffer_sockets(size: int | None) -> Callable[[Any], socket.socket] | None:
+    """aiohttp's `socket_factory` making sockets with SO_RCVBUF = `size` (None: the default)."""
+    if size is None:
+        return None
+
+    def make(addr_info: Any) -> socket.socket:
+        family, kind, proto = addr_info[:3]
+        sock = socket.socket(family=family, type=kind, proto=proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+        return sock
+
+    return make
+
+
 def aiohttp_session(options: Options, **session_kwargs: Any) -> Any:
     """An aiohttp ClientSession as the contract wants it (call inside a running event loop)."""
     import aiohttp
@@ -88,6 +109,7 @@ def aiohttp_session(options: Options, **session_kwargs: Any) -> Any:
         happy_eyeballs_delay=None,  # one connect attempt per request (docs/families.md, pool)
         keepalive_timeout=KEEPALIVE_SECONDS,
         ttl_dns_cache=None,
+        socket_factory=receive_buffer_sockets(options.receive_buffer),
     )
     timeout = aiohttp.ClientTimeout(
         total=None,

@@ -1,33 +1,34 @@
 """Fetch processes: the router request goes down a socket, SampleResponse bytes come back.
 
-With decode processes (`impl.server.offloop.processes`) the server's loop still receives every body
-through its pool: on probe-128x262k that receive (the pool's completion and its copy of ~20 MB)
-held the loop for 80-430 ms at a time, the longest stalls left. Here each fetch process runs its
-own event loop and its own pool of the picked implementation: the server sends it the router
-request (a few KB of JSON) and what decoding needs, the process posts it (`impl.server.upstream`:
-the same retry rule and messages as the loop's own forwards), reads the body, decodes and encodes
-it with the server's picked decoder and encoder (the same bytes), and answers with the
-SampleResponse bytes (~10x smaller than the body). The body never enters the server's process.
+With decode processes (`impl.server.offloop.processes`) the server's loop still receives every
+body through its pool: on probe-128x262k that receive (the pool's completion and its copy of ~20
+MB) held the loop for 80-430 ms at a time, the longest stalls left. Here each fetch process runs
+its own event loop and its own pool (`--offloop-pool`, `impl.server.offloop.fetch_pool`: aiohttp
+by default, measured leaner on long bodies than the pick made on small ones): the server sends
+it the router request (a few KB of JSON) and what decoding needs, the process posts it
+(`impl.server.upstream`: the same retry rule and messages as the loop's own forwards), reads the
+body, decodes and encodes it with the server's picked decoder and encoder (the same bytes), and
+answers with the SampleResponse bytes (~10x smaller than the body). The body never enters the
+server's process.
 
 A process holds many requests at once (generations take long; the process's loop waits on all of
 them), decodes one body at a time in its one decode thread (so with a decoder that releases the
 GIL its loop keeps completing other receives meanwhile) and drops the body and the decoded
-buffers once the proto bytes are written. Requests go to the process with the fewest in
-flight. The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-
-flight`): when a router answer's headers arrive, the process asks the server for its
-Content-Length (the pool contract's `admit`) and reads the body only once the server granted it;
-until then the body waits in the socket. Each process's pool gets an equal share of
-`--upstream-connections`.
+buffers once the proto bytes are written. Requests go to the process with the fewest in flight.
+The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-flight`):
+when a router answer's headers arrive, the process asks the server for its Content-Length (the
+pool contract's `admit`) and reads the body only once the server granted it; until then the body
+waits in the socket. Each process's pool gets an equal share of `--upstream-connections`.
 
 Frames, server to process: `<cQII` then data: `r` request (job id, meta length, request length),
 meta (orjson: url, prompt tokens, n, top-k, include prompt logprobs), the router request; `g`
 grant (job id, 0, 0: the body of that job may be read). Process to server: `<Qc` (job id, kind)
 then by kind: `a` admit `<Hq` (status, Content-Length or -1); `o` ok / `e` error `<QQBddd`
-(payload length, body bytes, attempts, upstream/decode/encode seconds), payload (proto bytes,
-or orjson [failure class, message]). A process that dies fails exactly the requests it
-held, with a message saying so (not retried: the router may still be generating them), and is
-replaced. A process exits when the server's end of its socket closes, so a killed server leaves
-no orphan; on shutdown the server closes every socket, waits briefly, then kills by PID.
+(payload length, body bytes, attempts, upstream/decode/encode seconds), payload (proto bytes, or
+orjson [failure class, message]). A process that dies fails exactly the requests it held, with a
+message saying so (not retried: the router may still be generating them), and is replaced. A
+process exits when the server's end of its socket closes, so a killed server leaves no orphan;
+on shutdown the server closes every socket, waits briefly, then kills by PID.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ _ADMIT = struct.Struct("<Hq")
 _RESULT = struct.Struct("<QQBddd")
 _READY = b"hotpath-fetch-process ready\n"
 _READ_LIMIT = 4 << 20
+#: SO_RCVBUF of the fetch processes' router connections (the pool contract's `receive_buffer`;
+#: the kernel doubles it). Autotuned, the receive buffer of a connection that had read 17 MB
+#: bodies fast grew to several MB (tcp_rmem's max is 32 MiB here), and 256 answers waiting for
+#: the body budget held 1.25 GB of the kernel's TCP memory on the server's side.
+RECEIVE_BUFFER = 256 << 10
 
 
 class _FetchProcess(Child):
@@ -143,7 +149,7 @@ class FetchProcesses(Children):
         **common: Any,
     ) -> None:
         """`common`: the other keywords of `Children` (decoder and encoder names, ...)."""
-        options = dict(pool_options)
+        options = {**pool_options, "receive_buffer": RECEIVE_BUFFER}
         if "max_connections" in options:  # the cap is shared out, not multiplied
             options["max_connections"] = max(1, -(-options["max_connections"] // count))
         pool = ("--pool", pool_name, "--pool-options", orjson.dumps(options).decode())
