@@ -403,3 +403,30 @@ def test_the_body_waits_on_the_socket_while_admit_waits(name: str, chunked: bool
     # kernel buffers (send + receive) and the library's read buffer: a few MiB, not 64
     assert sent_while_waiting < 16 << 20, f"{name} took {sent_while_waiting:,} B before admit"
     assert sent == BACKPRESSURE_BODY and len(reply.body) == BACKPRESSURE_BODY
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_receive_buffer_is_accepted_by_every_forwarder(name: str, router: Proc) -> None:
+    """The `receive_buffer` option: every forwarder takes it and answers the same (aiohttp and
+    httpx-aiohttp set it as SO_RCVBUF, the kernel doubling it; the others keep autotuning)."""
+    headers = {"X-Hotpath-Body-Bytes": str(3 << 20)}
+    reply = forward(
+        name, lambda c: c.post(router.url + PATH, b"{}", headers), receive_buffer=1 << 17
+    )
+    assert reply == Reply(200, filler_body(3 << 20), "application/json")
+
+
+def test_receive_buffer_sockets_set_so_rcvbuf() -> None:
+    """aiohttp's socket factory for `receive_buffer`; None leaves aiohttp's own sockets."""
+    import socket as socket_module
+
+    from impl.pool._common import Options, receive_buffer_sockets
+
+    assert receive_buffer_sockets(None) is None
+    make = receive_buffer_sockets(1 << 17)
+    info = (socket_module.AF_INET, socket_module.SOCK_STREAM, 6, "", ("127.0.0.1", 0))
+    with make(info) as sock:
+        size = sock.getsockopt(socket_module.SOL_SOCKET, socket_module.SO_RCVBUF)
+    assert size == 2 << 17  # Linux doubles what it is given (its bookkeeping)
+    with pytest.raises(ValueError, match="receive_buffer"):
+        Options(receive_buffer=0)
