@@ -31,6 +31,7 @@ from impl.server import picks as picks_module
 from impl.server.baseline import BaselineStore
 from impl.server.forward import BodyBudget, ForwardRunner
 from impl.server.limits import Limits
+from impl.server.offloop.children import return_big_buffers
 from impl.server.picks import Picks
 from impl.server.routes._raw import RawRoute, respond
 from impl.server.routes.deps import ApiError
@@ -139,6 +140,7 @@ def _store(settings: Settings, encoder: Any) -> FutureStore:
 async def lifespan(
     app: FastAPI, settings: Settings, picks: Picks | None
 ) -> AsyncIterator[dict[str, State]]:
+    return_big_buffers()  # stored results of 1 MiB and more leave the RSS when evicted
     picks = picks or picks_module.choose(settings)
     parts = picks_module.create(picks, settings)
     store = _store(settings, parts["encoder"])
