@@ -2,7 +2,8 @@
 
 `POST /v1/completions` answers with a realistic vLLM body from `impl.harness.bodies` (the
 sampled tokens and logprobs are `bodies.generate(prompt, n=, max_tokens=, seed=)`), and records
-every request and the body it sent (`GET /sent`, `GET /stats`). Special seeds select a bad
+every request and the body it sent (`GET /sent`, `GET /stats`: requests, in flight and the peak
+of requests in flight). Special seeds select a bad
 upstream behaviour, so one server run can mix good and bad samples:
 
     SEED_HTML          200 with an HTML page
@@ -67,8 +68,17 @@ class Upstream:
         self.sent: list[dict] = []
         self.failed_once: set[tuple] = set()
         self.requests = 0
+        self.in_flight = self.peak_in_flight = 0
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         self.requests += 1
         data = json.loads(raw)
@@ -108,7 +118,8 @@ class Upstream:
         return web.json_response(self.sent)
 
     async def stats(self, request: web.Request) -> web.Response:
-        return web.json_response({"requests": self.requests})
+        counts = {"requests": self.requests, "in_flight": self.in_flight}
+        return web.json_response({**counts, "peak_in_flight": self.peak_in_flight})
 
 
 async def main(port: int) -> None:

@@ -144,3 +144,32 @@ def test_requests_and_polls_per_result():
     assert "retrieve_futures=4" in text
     empty = report.summarize({"completed": 0})
     assert empty["poll_requests_per_result"] is None and empty["server_polls_per_result"] is None
+
+
+def test_retention_prediction_and_per_core_rates():
+    """Delivered MB/s x the retrieved TTL (the flag's, else the server's 60 s default), the
+    store's RSS apart, results/s per core of the server's affinity and per server CPU second."""
+    server = {"peak_rss_bytes": 2e8, "store_peak_rss_bytes": 3e8, "cores": 2, "cpu_seconds": 5.0}
+    run = _run("x", wall=10.0, completed=100, server=server)
+    s = report.summarize(run)
+    assert s["retention_prediction_bytes"] == pytest.approx(5_000_000 / 10.0 * 60.0)
+    assert s["store_peak_rss_bytes"] == 3e8
+    assert s["results_per_second_per_core"] == pytest.approx(5.0)
+    assert s["results_per_server_cpu_second"] == pytest.approx(20.0)
+    for flags in (["--retrieved-ttl", "30"], ["--retrieved-ttl=30"]):
+        run["scenario"] = {"server_args": ["--workers", "2", *flags]}
+        assert report.summarize(run)["retention_prediction_bytes"] == pytest.approx(15e6)
+    bare = report.summarize(_run("y", wall=0.0, completed=0))
+    assert bare["retention_prediction_bytes"] is None
+    assert bare["results_per_second_per_core"] is None and bare["store_peak_rss_bytes"] is None
+    assert "retention prediction" in report.render_run(s) and "300 MB" in report.render_run(s)
+
+
+def test_the_headline_preset():
+    """long-queue-8192x212k: long real-text bodies behind a queueing engine (issue 30)."""
+    scenario = presets.get("long-queue-8192x212k")
+    assert (scenario.num_requests, scenario.max_tokens) == (8192, 212000)
+    assert scenario.router_body == "mixed" and scenario.gen_seconds == 5.0
+    args = scenario.router_args()
+    assert args[args.index("--max-num-seqs") + 1] == "256" and "--workers" in args
+    assert scenario.poll == "auto" and report.retrieved_ttl(scenario.as_json()) == 60.0

@@ -250,3 +250,183 @@ def test_barrier_router_holds_answers_until_n_arrive() -> None:
         replies = forward(REFERENCE, work, max_connections=8)
         assert replies == [Reply(200, filler_body(16), "application/json")] * 8
         assert router_stats(barrier)["peak_in_flight"] == 8
+
+
+# -- admit: the hook between an answer's headers and its body ---------------------------------
+
+
+class Refused(Exception):
+    """What the tests' `admit` raises: the contract says it propagates unchanged."""
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_admit_sees_status_and_length_before_the_body(
+    name: str, router: Proc, reference_replies: dict
+) -> None:
+    """`admit(status, Content-Length)` is awaited once per answer, before its body is read, with
+    the reference's arguments; the Reply is the same as without it (0 B to 25 MB, and a 500)."""
+    cases = [{"X-Hotpath-Body-Bytes": str(size)} for size in SIZES]
+    cases.append({"X-Hotpath-Fault": "500"})
+
+    async def work(client: Any) -> list[tuple[Reply, list[tuple[int, int | None]]]]:
+        out = []
+        for headers in cases:
+            seen: list[tuple[int, int | None]] = []
+
+            async def admit(status: int, length: int | None, seen: list = seen) -> None:
+                seen.append((status, length))
+                await asyncio.sleep(0)
+
+            out.append((await client.post(router.url + PATH, b"{}", headers, admit), seen))
+        return out
+
+    got = forward(name, work, max_connections=2)
+    expected = forward(REFERENCE, work, max_connections=2)
+    assert [seen for _, seen in got] == [seen for _, seen in expected]
+    for (reply, seen), size in zip(got, SIZES, strict=False):
+        assert reply == reference_replies["body", size]
+        assert seen == [(200, size)]
+    assert got[-1][0] == reference_replies["500", 0] and got[-1][1][0][0] == 500
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_admit_then_a_body_cut_short_is_read_error(name: str, router: Proc) -> None:
+    """Admitted with the promised length of a 4 MiB answer, then the upstream closes after half
+    of it: ReadError (the caller gives back what it admitted)."""
+    seen: list[tuple[int, int | None]] = []
+    headers = {"X-Hotpath-Fault": "truncate", "X-Hotpath-Body-Bytes": str(4 << 20)}
+
+    async def admit(status: int, length: int | None) -> None:
+        seen.append((status, length))
+
+    with pytest.raises(ReadError):
+        forward(name, lambda c: c.post(router.url + PATH, b"{}", headers, admit))
+    assert seen == [(200, 4 << 20)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_error_in_admit_propagates_and_the_pool_goes_on(name: str, router: Proc) -> None:
+    """What `admit` raises reaches the caller as it is (not a ForwardError), and the next
+    request through the same single connection slot completes."""
+
+    async def refuse(status: int, length: int | None) -> None:
+        raise Refused(f"{status} {length}")
+
+    async def work(client: Any) -> Reply:
+        headers = {"X-Hotpath-Body-Bytes": str(3 << 20)}
+        with pytest.raises(Refused, match=f"200 {3 << 20}"):
+            await client.post(router.url + PATH, b"{}", headers, refuse)
+        return await client.post(router.url + PATH, b"{}", {"X-Hotpath-Body-Bytes": "10"})
+
+    assert forward(name, work, max_connections=1) == Reply(200, filler_body(10), "application/json")
+
+
+BACKPRESSURE_BODY = 64 << 20
+
+
+async def _slow_upstream(size: int, *, chunked: bool) -> tuple[Any, dict[str, Any]]:
+    """An HTTP/1.1 upstream in this event loop that answers every POST with `size` bytes,
+    counting the bytes the kernel took from it (write buffer limit 0: `drain` returns only once
+    every byte written is in the socket)."""
+    state: dict[str, Any] = {"sent": 0, "finished": asyncio.Event()}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            key, _, value = line.partition(b":")
+            if key.strip().lower() == b"content-length":
+                length = int(value)
+        await reader.readexactly(length)
+        writer.transport.set_write_buffer_limits(0)
+        framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % size
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + framing + b"\r\n\r\n"
+        )
+        piece = b"x" * (256 << 10)
+        while state["sent"] < size:
+            part = piece[: size - state["sent"]]
+            writer.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+            await writer.drain()
+            state["sent"] += len(part)
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        state["finished"].set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, state
+
+
+async def _until_still(state: dict[str, Any], seconds: float = 0.4, limit: float = 15.0) -> int:
+    """The upstream's sent count once it stopped growing for `seconds` (or after `limit`)."""
+    deadline = time.monotonic() + limit
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        if state["sent"] != last:
+            last, since = state["sent"], time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            break
+        await asyncio.sleep(0.05)
+    return last
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_the_body_waits_on_the_socket_while_admit_waits(name: str, chunked: bool) -> None:
+    """While `admit` waits, the forwarder reads at most its own small buffer of a 64 MiB answer:
+    the rest stays with the sender, held by TCP flow control (the upstream's writes stall), and
+    once admitted the whole body arrives. Without Content-Length, `admit` gets None."""
+
+    async def main() -> tuple[int, list[Any], Reply]:
+        server, state = await _slow_upstream(BACKPRESSURE_BODY, chunked=chunked)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}{PATH}"
+        forwarder = registry.create(FAMILY, name, max_connections=1)
+        seen: list[Any] = []
+
+        async def admit(status: int, length: int | None) -> None:
+            seen.append((status, length, await _until_still(state)))
+            seen.append(state["finished"].is_set())
+
+        try:
+            reply = await asyncio.wait_for(forwarder.post(url, b"{}", {}, admit), TIMEOUT)
+        finally:
+            await forwarder.aclose()
+            server.close()
+        return state["sent"], seen, reply
+
+    sent, seen, reply = asyncio.run(main())
+    (status, length, sent_while_waiting), finished_while_waiting = seen
+    assert (status, length) == (200, None if chunked else BACKPRESSURE_BODY)
+    assert not finished_while_waiting
+    # kernel buffers (send + receive) and the library's read buffer: a few MiB, not 64
+    assert sent_while_waiting < 16 << 20, f"{name} took {sent_while_waiting:,} B before admit"
+    assert sent == BACKPRESSURE_BODY and len(reply.body) == BACKPRESSURE_BODY
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_receive_buffer_is_accepted_by_every_forwarder(name: str, router: Proc) -> None:
+    """The `receive_buffer` option: every forwarder takes it and answers the same (aiohttp and
+    httpx-aiohttp set it as SO_RCVBUF, the kernel doubling it; the others keep autotuning)."""
+    headers = {"X-Hotpath-Body-Bytes": str(3 << 20)}
+    reply = forward(
+        name, lambda c: c.post(router.url + PATH, b"{}", headers), receive_buffer=1 << 17
+    )
+    assert reply == Reply(200, filler_body(3 << 20), "application/json")
+
+
+def test_receive_buffer_sockets_set_so_rcvbuf() -> None:
+    """aiohttp's socket factory for `receive_buffer`; None leaves aiohttp's own sockets."""
+    import socket as socket_module
+
+    from impl.pool._common import Options, receive_buffer_sockets
+
+    assert receive_buffer_sockets(None) is None
+    make = receive_buffer_sockets(1 << 17)
+    info = (socket_module.AF_INET, socket_module.SOCK_STREAM, 6, "", ("127.0.0.1", 0))
+    with make(info) as sock:
+        size = sock.getsockopt(socket_module.SOL_SOCKET, socket_module.SO_RCVBUF)
+    assert size == 2 << 17  # Linux doubles what it is given (its bookkeeping)
+    with pytest.raises(ValueError, match="receive_buffer"):
+        Options(receive_buffer=0)

@@ -129,6 +129,28 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
         "128 x 262k-token vLLM bodies of real mixed text (~21 MB) answered after 0.2 s, 64 at a "
         "time, /healthz on a fresh connection every 50 ms (a load balancer's probe)",
     ),
+    "long-queue-8192x212k": (
+        Scenario(
+            num_requests=8192,
+            max_tokens=212000,
+            max_outstanding=2048,
+            distinct_prompts=4,
+            router_mode="latency",
+            gen_seconds=5.0,
+            max_num_seqs=256,
+            router_body="mixed",
+            router_workers=2,
+            timeout=3600.0,
+            load_nice=10,
+            # scaled like the slots: each connection holds one answer waiting to be read, and
+            # on loopback its socket buffers (~1.4 MB, both ends) are the kernel's TCP memory:
+            # 1024 of them exceeded net.ipv4.tcp_mem here and the reads crawled (docs/offloop.md)
+            server_args=("--upstream-connections", "256"),
+        ),
+        "the headline run: 8192 results of 212k tokens of real mixed text (~17 MB bodies) from an "
+        "engine of 256 slots generating 5 s each and 256 upstream connections (production's 2048 "
+        "on 16 vCPU, scaled to 2 cores), SDK-like re-polls, retrieved TTL 60 s, 2048 outstanding",
+    ),
     "queue-32768": (
         Scenario(
             num_requests=32768,

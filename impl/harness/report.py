@@ -1,13 +1,14 @@
 """Pure functions over the numbers a load run collected: percentiles, tables, the JSON report.
 
 A *run* is the dict `impl.harness.load` assembles: `label`, `scenario`, `wall_seconds`,
-`requested`, `completed`, `failed` {class: count}, `retries` {kind: count}, `latencies`
-[seconds per completed sample], `result_bytes`, `tokens`, `server` {peak_rss_bytes, peak_fds,
-cpu_seconds}, `healthz_latencies` [seconds], `healthz_timeline` [(offset s, latency s, connect s,
-the server's recent event-loop lag and GC pause, ms)], `healthz` (the server's last /healthz JSON),
-`steps` [per step and implementation over the window, from /metrics: count, seconds, mean_ms],
-`router` (the router's /stats JSON), `examples` {class: first error message}. Nothing here does
-I/O, so the tests can feed it numbers.
+`requested`, `completed`, `failed` {class: count}, `retries` {kind: count}, `latencies` [seconds
+per completed sample], `result_bytes`, `tokens`, `server` {peak_rss_bytes, store_peak_rss_bytes
+(an embedded store process, apart), cores (the server's CPU affinity), peak_fds, cpu_seconds},
+`healthz_latencies` [seconds], `healthz_timeline` [(offset s, latency s, connect s, the server's
+recent event-loop lag and GC pause, ms)], `healthz` (the server's last /healthz JSON), `steps`
+[per step and implementation over the window, from /metrics: count, seconds, mean_ms], `router`
+(the router's /stats JSON), `examples` {class: first error message}. Nothing here does I/O, so
+the tests can feed it numbers.
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "latency_p90": percentile(latencies, 90),
         "latency_p99": percentile(latencies, 99),
         "server_peak_rss_bytes": server.get("peak_rss_bytes"),
+        "store_peak_rss_bytes": server.get("store_peak_rss_bytes"),
+        "retention_prediction_bytes": retention_prediction(run),
+        "results_per_second_per_core": per_core(completed, wall, server.get("cores")),
+        "results_per_server_cpu_second": completed / cpu if completed and cpu else None,
         "server_peak_fds": server.get("peak_fds"),
         "server_cpu_seconds": server.get("cpu_seconds"),
         "router_cpu_seconds": server.get("router_cpu_seconds"),
@@ -87,6 +92,34 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "steps": run.get("steps") or [],
         "decode_design": decode_design(run.get("healthz")),
     }
+
+
+def retrieved_ttl(scenario: dict[str, Any] | None) -> float:
+    """Seconds the server keeps a delivered result: `--retrieved-ttl` among the scenario's
+    server flags, else the server's default."""
+    args = list((scenario or {}).get("server_args") or ())
+    for i, arg in enumerate(args):
+        if arg == "--retrieved-ttl" and i + 1 < len(args):
+            return float(args[i + 1])
+        if arg.startswith("--retrieved-ttl="):
+            return float(arg.split("=", 1)[1])
+    from impl.server.settings import Settings
+
+    return Settings.retrieved_ttl
+
+
+def retention_prediction(run: dict[str, Any]) -> float | None:
+    """Bytes a server holds for delivered results in steady state: delivered bytes/s x the
+    retrieved TTL (docs/scenarios.md: completion rate x result size x retrieved TTL)."""
+    wall = run.get("wall_seconds") or 0.0
+    if wall <= 0 or not run.get("result_bytes"):
+        return None
+    return run["result_bytes"] / wall * retrieved_ttl(run.get("scenario"))
+
+
+def per_core(completed: int, wall: float, cores: int | None) -> float | None:
+    """results/s divided by the cores the server may run on (its CPU affinity)."""
+    return completed / wall / cores if completed and wall > 0 and cores else None
 
 
 def loop_lag_max(timeline: Sequence[Sequence[Any]]) -> float | None:
@@ -147,6 +180,10 @@ _ROWS: tuple[tuple[str, str, Any, bool | None], ...] = (
     ("latency p90", "latency_p90", _fmt_seconds, False),
     ("latency p99", "latency_p99", _fmt_seconds, False),
     ("server peak RSS", "server_peak_rss_bytes", _fmt_mb, False),
+    ("store peak RSS", "store_peak_rss_bytes", _fmt_mb, False),
+    ("retention prediction", "retention_prediction_bytes", _fmt_mb, None),
+    ("results/s per core", "results_per_second_per_core", lambda v: _fmt_num(v, 2), True),
+    ("results per server CPU s", "results_per_server_cpu_second", _fmt_num, True),
     ("server peak open fds", "server_peak_fds", lambda v: "-" if v is None else f"{v:,}", False),
     ("server CPU seconds", "server_cpu_seconds", _fmt_num, False),
     ("server CPU ms/result", "server_cpu_ms_per_result", lambda v: _fmt_num(v, 3), False),

@@ -1,10 +1,11 @@
 """Watch a server while the load runs: HTTP probes on fresh connections and the `Sampler`.
 
-`Sampler` is a thread that samples the server's RSS, open fds and CPU time through psutil and
-the latency of `GET /healthz` on a fresh connection each time (as a load balancer's health
-check would see it), and scrapes `GET /metrics` every few seconds (the per-step split of each
-result's time over the measured window, `impl.harness.steps`). `probe`, `get_json` and
-`fetch_json` are the one-shot GETs the harness uses for /healthz and the router's /stats.
+`Sampler` is a thread that samples the server's RSS (its embedded store's apart), open fds and
+CPU time through psutil and the latency of `GET /healthz` on a fresh connection each time (as a
+load balancer's health check would see it), and scrapes `GET /metrics` every few seconds (the
+per-step split of each result's time over the measured window, `impl.harness.steps`). `probe`,
+`get_json` and `fetch_json` are the one-shot GETs the harness uses for /healthz and the router's
+/stats.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import urllib.request
 from typing import Any
 
 import psutil
+
+#: process names of an embedded store: its RSS is reported apart from the server's
+STORE_PROCESSES = ("redis-server", "valkey-server")
 
 
 def get_json(url: str, timeout: float = 10.0) -> tuple[int, Any]:
@@ -109,7 +113,7 @@ class Sampler(threading.Thread):
         """Start the measured window now (after warm-up): CPU from here, peaks from here."""
         self.cpu_start = self._cpu()
         self.router_cpu_start = self._cpu(self._router)
-        self.peak_rss = self.peak_fds = 0
+        self.peak_rss = self.peak_fds = self.peak_store_rss = 0
         self.healthz_latencies: list[float] = []
         #: per probe: seconds into the window, /healthz latency, of which TCP connect (None:
         #: the connection was never made; set on a failed probe that did connect), then
@@ -127,13 +131,17 @@ class Sampler(threading.Thread):
     def _sample_process(self) -> None:
         if self._proc is None:
             return
-        rss = fds = 0
+        rss = fds = store = 0
         with contextlib.suppress(psutil.Error):
             for proc in [self._proc, *self._proc.children(recursive=True)]:
                 with contextlib.suppress(psutil.Error):
+                    if proc.name() in STORE_PROCESSES:  # the embedded store, counted apart
+                        store += proc.memory_info().rss
+                        continue
                     rss += proc.memory_info().rss
                     fds += proc.num_fds()
         self.peak_rss, self.peak_fds = max(self.peak_rss, rss), max(self.peak_fds, fds)
+        self.peak_store_rss = max(self.peak_store_rss, store)
 
     def _sample_healthz(self) -> None:
         if not self.url:
@@ -201,8 +209,13 @@ class Sampler(threading.Thread):
         router_end = self._cpu(self._router)
         if self.router_cpu_start is not None and router_end is not None:
             router_cpu = round(router_end - self.router_cpu_start, 2)
+        cores = None
+        with contextlib.suppress(psutil.Error, AttributeError, TypeError):
+            cores = len(self._proc.cpu_affinity())
         return {
             "peak_rss_bytes": self.peak_rss or None,
+            "store_peak_rss_bytes": self.peak_store_rss or None,
+            "cores": cores,
             "peak_fds": self.peak_fds or None,
             "cpu_seconds": cpu,
             "router_cpu_seconds": router_cpu,

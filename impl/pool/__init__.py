@@ -1,14 +1,19 @@
 """Pool family: the async HTTP client that forwards each sample to the vLLM router.
 
 Contract: `registry.create("pool", name, max_connections=..., connect_timeout=60.0,
-read_timeout=2048.0)` gives a `Forwarder`: `await post(url, body, headers) -> Reply`,
-`await aclose()`. Connect-phase failures raise `ConnectError`, failures after the request was
-sent raise `ReadError`; no total deadline; Happy Eyeballs off where the library has it.
+read_timeout=2048.0)` gives a `Forwarder`: `await post(url, body, headers, admit=None) ->
+Reply`, `await aclose()`. Connect-phase failures raise `ConnectError`, failures after the
+request was sent raise `ReadError`; no total deadline; Happy Eyeballs off where the library has
+it. `admit(status, length)`, when given, is awaited once the answer's status line and headers
+arrived and before its body is read (`length`: the Content-Length, None without one): while it
+waits, the body stays unread in the socket beyond the library's own small read buffer, so TCP
+flow control holds the sender. Whatever `admit` raises propagates unchanged (the answer is
+dropped with its connection).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,8 +54,14 @@ class Reply:
     content_type: str
 
 
+#: `admit(status, content_length)`: awaited between an answer's headers and its body (above)
+Admit = Callable[[int, int | None], Awaitable[None]]
+
+
 class Forwarder(Protocol):
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply: ...
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], admit: Admit | None = None
+    ) -> Reply: ...
 
     async def aclose(self) -> None: ...
 

@@ -8,6 +8,12 @@ Timeout semantics every implementation follows (the pool contract):
   is a `ReadError`;
 - no total deadline: a request the engine is still working on waits as long as bytes keep coming
   or the engine has not answered within `read_timeout`.
+`admit` (the contract's hook between an answer's headers and its body) is awaited after the
+library returned the headers and before the body is read; each library reads the body only when
+asked (aiohttp pauses the socket past 32 KiB buffered, httpcore reads 64 KiB at a time,
+pyreqwest's streamed answers buffer 1 KiB plus hyper's connection buffer), so a waiting `admit`
+leaves the rest in the kernel's socket buffers and TCP flow control stops the sender
+(tests/test_pool_parity.py measures how much the upstream got to send meanwhile).
 Idle keep-alive connections are dropped by the client after `KEEPALIVE_SECONDS`, shorter than the
 upstream's keep-alive (the router keeps 75 s), so a reused connection is never one the upstream
 is closing.
@@ -16,15 +22,21 @@ is closing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from impl.pool import ConnectError, ForwardError, ReadError, Reply, describe
+from impl.pool import Admit, ConnectError, ForwardError, ReadError, Reply, describe
 
 DEFAULT_MAX_CONNECTIONS = 1024
 KEEPALIVE_SECONDS = 30.0
+#: aiohttp's read buffer per answer (its default 64 KiB; reading pauses past twice this): an
+#: answer waiting for `admit` holds it (`python -m impl.probes.waiting_answers`, 64 answers of
+#: 17 MB: 0.14 MB per answer in the process at 16 KiB, 0.39-0.68 MB at 64 KiB); reading a body
+#: cost the same CPU.
+READ_BUFSIZE = 16 << 10
 
 
 @dataclass(frozen=True)
@@ -34,12 +46,25 @@ class Options:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     connect_timeout: float = 60.0
     read_timeout: float = 2048.0
+    #: SO_RCVBUF of each connection (bytes; None: the kernel autotunes it), where the library
+    #: lets it be set (aiohttp and httpx-aiohttp; the others ignore it): an answer waiting for
+    #: `admit` holds at most about twice this of kernel memory on the receiving side
+    receive_buffer: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+        if self.receive_buffer is not None and self.receive_buffer < 1:
+            raise ValueError(f"receive_buffer must be >= 1 byte, got {self.receive_buffer}")
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
             raise ValueError("connect_timeout and read_timeout must be > 0 seconds")
+
+
+def content_length(value: str | None) -> int | None:
+    """An answer's Content-Length header as a number (None when absent or not a number)."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
 
 
 async def acquire_slot(slots: asyncio.Semaphore) -> None:
@@ -60,6 +85,20 @@ def aiohttp_error(exc: BaseException) -> ForwardError:
     return ReadError(describe(exc))
 
 
+def receive_buffer_sockets(size: int | None) -> Callable[[Any], socket.socket] | None:
+    """aiohttp's `socket_factory` making sockets with SO_RCVBUF = `size` (None: the default)."""
+    if size is None:
+        return None
+
+    def make(addr_info: Any) -> socket.socket:
+        family, kind, proto = addr_info[:3]
+        sock = socket.socket(family=family, type=kind, proto=proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+        return sock
+
+    return make
+
+
 def aiohttp_session(options: Options, **session_kwargs: Any) -> Any:
     """An aiohttp ClientSession as the contract wants it (call inside a running event loop)."""
     import aiohttp
@@ -70,6 +109,7 @@ def aiohttp_session(options: Options, **session_kwargs: Any) -> Any:
         happy_eyeballs_delay=None,  # one connect attempt per request (docs/families.md, pool)
         keepalive_timeout=KEEPALIVE_SECONDS,
         ttl_dns_cache=None,
+        socket_factory=receive_buffer_sockets(options.receive_buffer),
     )
     timeout = aiohttp.ClientTimeout(
         total=None,
@@ -78,7 +118,11 @@ def aiohttp_session(options: Options, **session_kwargs: Any) -> Any:
         sock_read=options.read_timeout,
     )
     return aiohttp.ClientSession(
-        connector=connector, timeout=timeout, trust_env=False, **session_kwargs
+        connector=connector,
+        timeout=timeout,
+        trust_env=False,
+        read_bufsize=READ_BUFSIZE,
+        **session_kwargs,
     )
 
 
@@ -91,18 +135,23 @@ class HttpxForwarder:
         self._unsent_errors = (httpx.InvalidURL, httpx.UnsupportedProtocol)
         self._errors = (httpx.HTTPError, httpx.InvalidURL)
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], admit: Admit | None = None
+    ) -> Reply:
         try:
-            response = await self._client.post(url, content=body, headers=headers)
+            async with self._client.stream("POST", url, content=body, headers=headers) as response:
+                if admit is not None:
+                    await admit(
+                        response.status_code, content_length(response.headers.get("content-length"))
+                    )
+                data = await response.aread()
         except self._connect_errors as exc:
             raise ConnectError(describe(exc)) from exc
         except self._unsent_errors as exc:
             raise ConnectError(f"invalid URL: {exc}") from exc
         except self._errors as exc:  # ReadError, ReadTimeout, RemoteProtocolError, WriteError, ...
             raise ReadError(describe(exc)) from exc
-        return Reply(
-            response.status_code, response.content, response.headers.get("content-type", "")
-        )
+        return Reply(response.status_code, data, response.headers.get("content-type", ""))
 
     async def aclose(self) -> None:
         await self._client.aclose()

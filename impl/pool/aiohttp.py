@@ -2,7 +2,8 @@
 
 Technique: `TCPConnector(limit=max_connections, happy_eyeballs_delay=None)` and
 `ClientTimeout(total=None, connect=None, sock_connect=connect_timeout,
-sock_read=read_timeout)`; the whole answer is read with `response.read()`.
+sock_read=read_timeout)`; the answer's headers come first (`session.post` as a context
+manager), then the whole body with `response.read()`.
 
 Why fast: the connector keeps idle connections in a per-key deque and waiters in a FIFO, so taking
 and returning a connection is O(1) whatever the number in flight; the HTTP parser is C
@@ -22,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from impl.pool import Reply
+from impl.pool import Admit, Reply
 from impl.pool._common import Options, aiohttp_error, aiohttp_session
 
 
@@ -31,12 +32,16 @@ class AiohttpForwarder:
         self._options = options
         self._session: aiohttp.ClientSession | None = None
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], admit: Admit | None = None
+    ) -> Reply:
         session = self._session
         if session is None:
             session = self._session = aiohttp_session(self._options)
         try:
             async with session.post(url, data=body, headers=headers) as response:
+                if admit is not None:
+                    await admit(response.status, response.content_length)
                 data = await response.read()
                 return Reply(response.status, data, response.headers.get("Content-Type", ""))
         except (aiohttp.ClientError, aiohttp.InvalidURL) as exc:

@@ -24,14 +24,16 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from impl.pool import ForwardError, Reply
+from impl.pool import Admit, ForwardError, Reply
 from impl.pool._common import HttpxForwarder, Options, aiohttp_error, aiohttp_session
 
 
 class HttpxAiohttpForwarder(HttpxForwarder):
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], admit: Admit | None = None
+    ) -> Reply:
         try:
-            return await super().post(url, body, headers)
+            return await super().post(url, body, headers, admit)
         except aiohttp.ClientError as exc:  # left unmapped by httpx-aiohttp
             raise aiohttp_error(exc) from exc
         except ForwardError as err:  # err <- httpx exception <- aiohttp exception (if any)

@@ -23,4 +23,6 @@ impl.probes.NAME`; its docstring says what it measures and how. The page quoting
   (docs/server.md: probes);
 - `store_aof`: the same load on a redis-server with and without the embedded store's
   append-only file (CHANGELOG, issue 28).
+- `waiting_answers`: the memory an answer waiting for the body budget holds in the server's
+  process, per pool implementation (docs/offloop.md).
 """

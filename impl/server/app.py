@@ -34,6 +34,7 @@ from impl.server.baseline import BaselineStore
 from impl.server.forward import BodyBudget, ForwardRunner
 from impl.server.intake import Intake
 from impl.server.limits import Limits
+from impl.server.offloop.children import return_big_buffers
 from impl.server.picks import Picks
 from impl.server.protocol import QUIET_PATHS as QUIET
 from impl.server.routes._raw import RawRoute, respond
@@ -147,6 +148,7 @@ def _store(settings: Settings, encoder: Any) -> FutureStore:
 async def lifespan(
     app: FastAPI, settings: Settings, picks: Picks | None
 ) -> AsyncIterator[dict[str, State]]:
+    return_big_buffers()  # stored results of 1 MiB and more leave the RSS when evicted
     picks = picks or picks_module.choose(settings)
     parts = picks_module.create(picks, settings)
     store = _store(settings, parts["encoder"])
@@ -155,6 +157,9 @@ async def lifespan(
         settings.offloop, picks.decode.name, parts["decoder"], baseline=settings.baseline
     )
     log.info("decode design %s: %s", design, reason)
+    fetch_pool, why = offloop.fetch_pool(settings.offloop_pool, picks.pool.name)
+    if design == "fetch":
+        log.info("fetch processes' pool %s: %s", fetch_pool, why)
     runner = offloop.create(
         design,
         decoder=parts["decoder"],
@@ -164,7 +169,7 @@ async def lifespan(
         count=settings.offloop_count or offloop.default_count(),
         min_bytes=settings.offloop_min_bytes,
         nice=offloop.nice_of(design, settings.offloop_nice),
-        pool_name=picks.pool.name,
+        pool_name=fetch_pool,
         pool_options=picks_module.pool_options(settings),
     )
     await runner.start()

@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         if settings.store_kind() == "embedded":
             from impl.server.workers import start_embedded_store
 
-            embedded = start_embedded_store()
+            embedded = start_embedded_store(settings.max_result_bytes)
             if embedded is None:
                 return 2
             settings = dataclasses.replace(settings, store=embedded.url)

@@ -4,7 +4,10 @@
 `logprobs: 1` as an integer, `return_token_ids: true`, prompt_logprobs when asked, stop strings
 or stop token ids). `ForwardRunner.submit` runs the forward in a background task (the pool's
 object that posts is the pool contract's `Forwarder`; this is the server's runner of forwards):
-it reserves the body's expected bytes in the `BodyBudget`, the picked pool posts the request; a
+the picked pool posts the request at once (the requests at the engine are bounded by the pool's
+connections, `--upstream-connections`), and when the answer's headers arrive its `Admission`
+takes the body's size from the `BodyBudget` before the body is read (the pool contract's
+`admit`): a body that does not fit yet waits unread in its socket; a
 connect-phase error or a 5xx is retried once, a failure after the request was sent is final
 (the engine may still be generating, a retry would generate twice; `impl.server.upstream`). The
 picked decode design (`impl.server.offloop`: inline, threads or decode processes) turns the
@@ -130,9 +133,11 @@ def expected_body_bytes(
 class BodyBudget:
     """At most `cap` upstream body bytes held at once; FIFO waiters; one body may exceed it alone.
 
-    A forward reserves its expected body size before it sends the request and settles it to
-    the real size once the body arrived; the reservation is released when the proto bytes
-    exist (or the forward failed). While the budget is full, requests wait before they are sent.
+    A forward takes its body's size when the router's answer starts to arrive (its
+    Content-Length, or the expected size for an answer without one: `Admission`), settles it to
+    the real size once the body is read, and releases it when the proto bytes exist (or the
+    forward failed). While the budget is full, further answers wait unread in their sockets
+    (TCP flow control holds the router); requests are never kept from being sent by it.
     """
 
     def __init__(self, cap: int) -> None:
@@ -200,6 +205,39 @@ class BodyBudget:
             "waiting": len(self._waiters),
             "waited_total": self.waited,
         }
+
+
+#: While a body is being read it is held twice: every pool's own buffer of it (aiohttp's and
+#: httpx's chunks, pyqwest's chunks, pyreqwest's Rust buffer) and the `bytes` made from it.
+RECEIVE_FACTOR = 2
+
+
+class Admission:
+    """One forward's hold on the `BodyBudget`: the pool contract's `admit` (awaited between the
+    router answer's headers and its body) takes the body's Content-Length, or `expected` when
+    the answer has none; a second answer (the retry after a 5xx) first gives the first one's
+    share back. `settle` replaces the hold by the size really read; `release` ends it."""
+
+    __slots__ = ("budget", "expected", "held", "holding")
+
+    def __init__(self, budget: BodyBudget, expected: int) -> None:
+        self.budget, self.expected = budget, expected
+        self.held, self.holding = 0, False
+
+    async def __call__(self, status: int, length: int | None) -> None:
+        self.release()
+        size = RECEIVE_FACTOR * (self.expected if length is None else length)
+        await self.budget.acquire(size)
+        self.held, self.holding = size, True
+
+    def settle(self, actual: int) -> None:
+        if self.holding:
+            self.held = self.budget.settle(self.held, actual)
+
+    def release(self) -> None:
+        if self.holding:
+            self.holding = False
+            self.budget.release(self.held)
 
 
 class ForwardRunner:
@@ -271,9 +309,9 @@ class ForwardRunner:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def post(self, body: bytes) -> Any:
+    async def post(self, body: bytes, admit: Admission | None = None) -> Any:
         """The router's reply; retried once on a connect-phase error or a 5xx."""
-        return await upstream.post(self.pool, self.url, body, self._attempt)
+        return await upstream.post(self.pool, self.url, body, self._attempt, admit)
 
     def _attempt(self, attempt: int) -> None:
         self.attempts += 1
@@ -283,21 +321,20 @@ class ForwardRunner:
     async def result(self, job: Job) -> bytes:
         """SampleResponse proto bytes for `job`, or UpstreamFailed saying why not.
 
-        The body's bytes are held in the budget from before the request is sent until the
-        proto bytes exist; no reference to the body outlives this call. The decode and encode
+        The body's bytes are held in the budget from when its headers arrive until the proto
+        bytes exist; no reference to the body outlives this call. The decode and encode
         metrics are the time of those two steps wherever they ran (in a decode process: not
         counting the hand-over)."""
-        if self.decoding.fetches(job.expected_bytes):
-            return await self._fetched(job)
-        metrics = self.metrics
-        await self.budget.acquire(job.expected_bytes)
-        held = job.expected_bytes
+        admission = Admission(self.budget, job.expected_bytes)
         try:
+            if self.decoding.fetches(job.expected_bytes):
+                return await self._fetched(job, admission)
+            metrics = self.metrics
             started = time.perf_counter()
-            reply = await self.post(job.body)
+            reply = await self.post(job.body, admission)
             if metrics is not None:
                 metrics.upstream_wait(time.perf_counter() - started)
-            held = self.budget.settle(held, len(reply.body))
+            admission.settle(len(reply.body))
             body = upstream.body_of(reply)
             del reply
             payload, decode_seconds, encode_seconds = await self.decoding.to_proto(body, job.decode)
@@ -306,32 +343,28 @@ class ForwardRunner:
                 metrics.encode(encode_seconds)
             return payload
         finally:
-            self.budget.release(held)
+            admission.release()
 
-    async def _fetched(self, job: Job) -> bytes:
-        """`result` through a fetch process: the body never enters this process; the budget
-        holds the expected size until the fetch process answers, then the real size it reports."""
+    async def _fetched(self, job: Job, admission: Admission) -> bytes:
+        """`result` through a fetch process: the body never enters this process; the fetch
+        process asks for the budget when the answer's headers arrive (`admission`), and the
+        hold ends when it answers."""
         metrics = self.metrics
-        await self.budget.acquire(job.expected_bytes)
-        held = job.expected_bytes
-        try:
-            got = await self.decoding.fetch(self.url, job.body, job.decode)
-            held = self.budget.settle(held, got.body_bytes)
-            self.attempts += got.attempts
-            replied = got.failure is None or got.failure.kind not in ("connect", "read")
-            if metrics is not None:
-                if got.attempts == 2:
-                    metrics.retries.inc()
-                if replied:  # as on the loop: the wait of a request the router answered
-                    metrics.upstream_wait(got.upstream_seconds)
-            if got.failure is not None:
-                raise got.failure
-            if metrics is not None:
-                metrics.decode(got.decode_seconds)
-                metrics.encode(got.encode_seconds)
-            return got.payload
-        finally:
-            self.budget.release(held)
+        got = await self.decoding.fetch(self.url, job.body, job.decode, admission)
+        admission.settle(got.body_bytes)
+        self.attempts += got.attempts
+        replied = got.failure is None or got.failure.kind not in ("connect", "read")
+        if metrics is not None:
+            if got.attempts == 2:
+                metrics.retries.inc()
+            if replied:  # as on the loop: the wait of a request the router answered
+                metrics.upstream_wait(got.upstream_seconds)
+        if got.failure is not None:
+            raise got.failure
+        if metrics is not None:
+            metrics.decode(got.decode_seconds)
+            metrics.encode(got.encode_seconds)
+        return got.payload
 
     async def aclose(self) -> None:
         self.decoding.closing = True

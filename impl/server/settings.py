@@ -74,11 +74,21 @@ class Settings:
         "other process)",
         flag_type=int,
     )
+    offloop_pool: str = _opt(
+        "auto",
+        "the pool implementation of the fetch processes, which receive only long bodies: a "
+        "registry name, or auto (aiohttp where it imports, else --pool's pick: on 512 x "
+        "212k-token bodies it cost 55 ms of server CPU per result against 58-63 ms with "
+        "pyreqwest, and its fetch processes peaked at ~200 MB against ~450 MB)",
+    )
     max_body_bytes_in_flight: int = _opt(
         128 << 20,
-        "upstream body bytes held at once (expected size reserved before a request is sent, "
-        "released once its SampleResponse bytes exist); further requests wait before they "
-        "are sent, one body larger than this is let through alone",
+        "upstream body bytes held at once: a body takes twice its Content-Length (the pool's "
+        "buffer and the bytes made from it) when its answer's headers arrive, once its own size "
+        "when read, until its SampleResponse bytes exist. Answers that do not fit wait unread "
+        "in their sockets (TCP flow control holds the router); requests are never held back: "
+        "the requests at the router are bounded by --upstream-connections. One body larger "
+        "than this is let through alone",
     )
     calibrate: bool = _opt(
         True, "allow a start-up calibration of a few seconds when nothing was measured here"

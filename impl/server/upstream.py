@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from impl.pool import ConnectError, ReadError, Reply
+from impl.pool import Admit, ConnectError, ReadError, Reply
 
 HEADERS = {"Content-Type": "application/json"}
 _QUOTE = 200
@@ -35,15 +35,20 @@ def quote(body: bytes) -> str:
 
 
 async def post(
-    pool: Any, url: str, body: bytes, on_attempt: Callable[[int], None] | None = None
+    pool: Any,
+    url: str,
+    body: bytes,
+    on_attempt: Callable[[int], None] | None = None,
+    admit: Admit | None = None,
 ) -> Reply:
     """The router's reply; retried once on a connect-phase error or a 5xx (`on_attempt(n)` is
-    called before attempt n, 1 or 2)."""
+    called before attempt n, 1 or 2; `admit` is the pool contract's, awaited between each
+    answer's headers and its body)."""
     for attempt in (1, 2):
         if on_attempt is not None:
             on_attempt(attempt)
         try:
-            reply = await pool.post(url, body, HEADERS)
+            reply = await pool.post(url, body, HEADERS, admit)
         except ConnectError as exc:
             if attempt == 2:
                 raise UpstreamFailed(

@@ -36,7 +36,7 @@ from impl import registry
 from impl.server.picks import Picks, choose_or_explain
 from impl.server.settings import Settings, env_name
 from impl.server.starting import Starting
-from impl.server.store.redis.embedded import die_with_parent
+from impl.server.store.redis.embedded import die_with_parent, memory_options
 from impl.server.store.redis.keeper import Keeper
 
 log = logging.getLogger("hotpath.server")
@@ -111,11 +111,11 @@ class Worker:
                 self.process.wait(timeout)
 
 
-def start_embedded_store() -> Keeper | None:
+def start_embedded_store(max_result_bytes: int) -> Keeper | None:
     """The embedded redis-server of `--store embedded` (one process or several), supervised
-    (`impl.server.store.redis.keeper`); None, the reason printed for `hotpath serve`, when it
-    cannot start."""
-    keeper = Keeper()
+    (`impl.server.store.redis.keeper`) and its memory capped for `--max-result-bytes`; None, the
+    reason printed for `hotpath serve`, when it cannot start."""
+    keeper = Keeper(extra=memory_options(max_result_bytes))
     try:
         keeper.start()
     except RuntimeError as exc:
@@ -146,7 +146,7 @@ def supervise(settings: Settings) -> int:
             return 2
         if settings.store_kind() == "embedded":
             starting.why = "starting the embedded store"
-            store = start_embedded_store()
+            store = start_embedded_store(settings.max_result_bytes)
             if store is None:
                 return 2
             log.info("embedded store: redis-server pid %d on %s", store.pid, store.url)

@@ -12,8 +12,9 @@ seconds, encode seconds)` (`UpstreamFailed` saying why not):
 - `processes`: decode processes (`impl.server.offloop.processes`), for any decoder;
 - `fetch`: fetch processes (`impl.server.offloop.fetch`) that also send the router
   request and read its body with the picked pool, so the body never enters the server's process
-  (`fetch(url, request, job) -> Fetched` instead of `to_proto`, for requests whose expected body
-  is `--offloop-min-bytes` or more). `auto` picks it for every decoder, as measured (`choose`).
+  (`fetch(url, request, job, admit) -> Fetched` instead of `to_proto`, for requests whose
+  expected body is `--offloop-min-bytes` or more). `auto` picks it for every decoder, as
+  measured (`choose`).
 
 Both process designs share their child-process plumbing (`impl.server.offloop.children`: start
 on a socket pair, reap, replace, stop, the failure frames). Bodies under `--offloop-min-bytes`
@@ -49,6 +50,21 @@ def nice_of(design: str, given: int | None) -> int:
     if given is not None:
         return given
     return 0 if design == "fetch" else 10
+
+
+def fetch_pool(given: str, picked: str) -> tuple[str, str]:
+    """(pool, reason) of the fetch processes for `--offloop-pool` = `given` (`picked`: the
+    server's pool pick, made on small answers)."""
+    from impl import registry
+
+    if given != "auto":
+        return given, "--offloop-pool (explicit)"
+    if registry.unavailable_reason("pool", "aiohttp") is None:
+        return "aiohttp", (
+            "long bodies: on 512 x 212k-token bodies aiohttp cost 55 ms of server CPU per result "
+            "(pyreqwest 58-63) and its fetch processes peaked at ~200 MB (pyreqwest ~450 MB)"
+        )
+    return picked, "the server's pool pick (aiohttp, auto's choice for long bodies, is missing)"
 
 
 def choose(design: str, decoder_name: str, decoder: Any, *, baseline: bool) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import signal
 import socket
@@ -91,6 +92,22 @@ def failure_of(payload: bytes) -> UpstreamFailed:
     """In the server: the failure a child's error answer carries."""
     kind, message = orjson.loads(payload)
     return UpstreamFailed(message, kind)
+
+
+#: glibc's mallopt parameter for the size from which an allocation is its own mapping
+_M_MMAP_THRESHOLD = -3
+_OWN_MAPPING_BYTES = 1 << 20
+
+
+def return_big_buffers() -> None:
+    """In a process holding big buffers (fetch and decode processes: bodies and their decoded
+    arrays; the server: stored results): those of 1 MiB and more become their own mappings,
+    given back to the OS when freed. glibc otherwise raises its mmap threshold to the largest
+    block freed (up to 32 MiB), and later ones come from the heap, whose freed space stays in
+    the RSS: on the 192 x 212k-token run (pyreqwest, 128 MiB budget, load ~7) the fetch
+    processes peaked at 250-280 MB each instead of 300-350 MB. No effect off glibc."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _OWN_MAPPING_BYTES)
 
 
 class ChildDied(Exception):

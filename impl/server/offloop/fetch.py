@@ -1,29 +1,34 @@
 """Fetch processes: the router request goes down a socket, SampleResponse bytes come back.
 
-With decode processes (`impl.server.offloop.processes`) the server's loop still receives every body
-through its pool: on probe-128x262k that receive (the pool's completion and its copy of ~20 MB)
-held the loop for 80-430 ms at a time, the longest stalls left. Here each fetch process runs its
-own event loop and its own pool of the picked implementation: the server sends it the router
-request (a few KB of JSON) and what decoding needs, the process posts it (`impl.server.upstream`:
-the same retry rule and messages as the loop's own forwards), reads the body, decodes and encodes
-it with the server's picked decoder and encoder (the same bytes), and answers with the
-SampleResponse bytes (~10x smaller than the body). The body never enters the server's process.
+With decode processes (`impl.server.offloop.processes`) the server's loop still receives every
+body through its pool: on probe-128x262k that receive (the pool's completion and its copy of ~20
+MB) held the loop for 80-430 ms at a time, the longest stalls left. Here each fetch process runs
+its own event loop and its own pool (`--offloop-pool`, `impl.server.offloop.fetch_pool`: aiohttp
+by default, measured leaner on long bodies than the pick made on small ones): the server sends
+it the router request (a few KB of JSON) and what decoding needs, the process posts it
+(`impl.server.upstream`: the same retry rule and messages as the loop's own forwards), reads the
+body, decodes and encodes it with the server's picked decoder and encoder (the same bytes), and
+answers with the SampleResponse bytes (~10x smaller than the body). The body never enters the
+server's process.
 
 A process holds many requests at once (generations take long; the process's loop waits on all of
 them), decodes one body at a time in its one decode thread (so with a decoder that releases the
 GIL its loop keeps completing other receives meanwhile) and drops the body and the decoded
-buffers once the proto bytes are written. Requests go to the process with the fewest in
-flight. The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-
-flight`: the expected size is reserved before the request goes to a process, the real size once
-the process answers). Each process's pool gets an equal share of `--upstream-connections`.
+buffers once the proto bytes are written. Requests go to the process with the fewest in flight.
+The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-flight`):
+when a router answer's headers arrive, the process asks the server for its Content-Length (the
+pool contract's `admit`) and reads the body only once the server granted it; until then the body
+waits in the socket. Each process's pool gets an equal share of `--upstream-connections`.
 
-Frames: request = `<QII` (job id, meta length, request length), meta (orjson: prompt tokens, n,
-top-k, include prompt logprobs), the router request; answer = `<QcQQBddd` (job id, `o` ok or
-`e` error, payload length, body bytes, attempts, upstream/decode/encode seconds), payload (proto
-bytes, or orjson [failure class, message]). A process that dies fails exactly the requests it
-held, with a message saying so (not retried: the router may still be generating them), and is
-replaced. A process exits when the server's end of its socket closes, so a killed server leaves
-no orphan; on shutdown the server closes every socket, waits briefly, then kills by PID.
+Frames, server to process: `<cQII` then data: `r` request (job id, meta length, request length),
+meta (orjson: url, prompt tokens, n, top-k, include prompt logprobs), the router request; `g`
+grant (job id, 0, 0: the body of that job may be read). Process to server: `<Qc` (job id, kind)
+then by kind: `a` admit `<Hq` (status, Content-Length or -1); `o` ok / `e` error `<QQBddd`
+(payload length, body bytes, attempts, upstream/decode/encode seconds), payload (proto bytes, or
+orjson [failure class, message]). A process that dies fails exactly the requests it held, with a
+message saying so (not retried: the router may still be generating them), and is replaced. A
+process exits when the server's end of its socket closes, so a killed server leaves no orphan;
+on shutdown the server closes every socket, waits briefly, then kills by PID.
 """
 
 from __future__ import annotations
@@ -42,14 +47,29 @@ from typing import Any
 
 import orjson
 
-from impl.server.offloop.children import Child, ChildDied, Children, failure_of, failure_payload
+from impl.pool import Admit
+from impl.server.offloop.children import (
+    Child,
+    ChildDied,
+    Children,
+    failure_of,
+    failure_payload,
+    return_big_buffers,
+)
 from impl.server.offloop.inline import DecodeJob, Fetched, to_proto
 from impl.server.upstream import UpstreamFailed
 
-_REQUEST = struct.Struct("<QII")
-_ANSWER = struct.Struct("<QcQQBddd")
+_REQUEST = struct.Struct("<cQII")
+_HEAD = struct.Struct("<Qc")
+_ADMIT = struct.Struct("<Hq")
+_RESULT = struct.Struct("<QQBddd")
 _READY = b"hotpath-fetch-process ready\n"
 _READ_LIMIT = 4 << 20
+#: SO_RCVBUF of the fetch processes' router connections (the pool contract's `receive_buffer`;
+#: the kernel doubles it). Autotuned, the receive buffer of a connection that had read 17 MB
+#: bodies fast grew to several MB (tcp_rmem's max is 32 MiB here), and 256 answers waiting for
+#: the body budget held 1.25 GB of the kernel's TCP memory on the server's side.
+RECEIVE_BUFFER = 256 << 10
 
 
 class _FetchProcess(Child):
@@ -58,14 +78,26 @@ class _FetchProcess(Child):
     def __init__(self, process: asyncio.subprocess.Process, reader: Any, writer: Any) -> None:
         super().__init__(process, reader, writer)
         self.jobs: dict[int, asyncio.Future[Fetched]] = {}
+        #: each job's `admit` (the server's BodyBudget), and the grants being waited for
+        self.admits: dict[int, Admit] = {}
+        self.granting: dict[int, asyncio.Task[None]] = {}
         self.listener: asyncio.Task[None] | None = None
 
     async def listen(self) -> None:
         """Resolve each job's future from its answer frame, until the socket ends."""
         reader = self.reader
         while True:
-            head = await reader.readexactly(_ANSWER.size)
-            job_id, kind, size, body_bytes, attempts, up, dec, enc = _ANSWER.unpack(head)
+            job_id, kind = _HEAD.unpack(await reader.readexactly(_HEAD.size))
+            if kind == b"a":
+                status, length = _ADMIT.unpack(await reader.readexactly(_ADMIT.size))
+                admit = self.admits.get(job_id)
+                if admit is not None:
+                    grant = self._grant(job_id, admit, status, None if length < 0 else length)
+                    self.granting[job_id] = asyncio.get_running_loop().create_task(grant)
+                continue
+            size, body_bytes, attempts, up, dec, enc = _RESULT.unpack(
+                await reader.readexactly(_RESULT.size)
+            )
             payload = await reader.readexactly(size)
             future = self.jobs.pop(job_id, None)
             if future is None or future.done():
@@ -74,6 +106,22 @@ class _FetchProcess(Child):
             if kind != b"o":
                 failure, payload = failure_of(payload), b""
             future.set_result(Fetched(payload, failure, body_bytes, attempts, up, dec, enc))
+
+    async def _grant(self, job_id: int, admit: Admit, status: int, length: int | None) -> None:
+        """Wait for the budget, then tell the process it may read that job's body."""
+        await admit(status, length)
+        if job_id in self.jobs and not self.writer.is_closing():
+            self.writer.write(_REQUEST.pack(b"g", job_id, 0, 0))
+
+    async def forget(self, job_id: int) -> None:
+        """The job is over: drop it, and stop waiting for its grant."""
+        self.jobs.pop(job_id, None)
+        self.admits.pop(job_id, None)
+        grant = self.granting.pop(job_id, None)
+        if grant is not None and not grant.done():
+            grant.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await grant
 
     def ended(self) -> None:
         if self.listener is not None:
@@ -101,11 +149,12 @@ class FetchProcesses(Children):
         **common: Any,
     ) -> None:
         """`common`: the other keywords of `Children` (decoder and encoder names, ...)."""
-        options = dict(pool_options)
+        options = {**pool_options, "receive_buffer": RECEIVE_BUFFER}
         if "max_connections" in options:  # the cap is shared out, not multiplied
             options["max_connections"] = max(1, -(-options["max_connections"] // count))
         pool = ("--pool", pool_name, "--pool-options", orjson.dumps(options).decode())
         super().__init__(decoder, encoder, count=count, options=pool, **common)
+        self.pool_name = pool_name
         self._ids = itertools.count(1)
 
     def joined(self, child: _FetchProcess) -> None:
@@ -132,7 +181,7 @@ class FetchProcesses(Children):
     def fetches(self, expected_bytes: int) -> bool:
         return expected_bytes >= self.min_bytes
 
-    async def fetch(self, url: str, request: bytes, job: DecodeJob) -> Fetched:
+    async def fetch(self, url: str, request: bytes, job: DecodeJob, admit: Admit) -> Fetched:
         self.offloop += 1
         while not self.alive:  # every process died at once: wait for a replacement
             if self.closing:
@@ -142,9 +191,10 @@ class FetchProcesses(Children):
         job_id = next(self._ids)
         future: asyncio.Future[Fetched] = asyncio.get_running_loop().create_future()
         child.jobs[job_id] = future
+        child.admits[job_id] = admit
         meta = orjson.dumps([url, job.prompt_tokens, job.n, job.topk, job.include_prompt_logprobs])
         try:
-            child.writer.write(_REQUEST.pack(job_id, len(meta), len(request)) + meta)
+            child.writer.write(_REQUEST.pack(b"r", job_id, len(meta), len(request)) + meta)
             child.writer.write(request)
             await child.writer.drain()
             return await future
@@ -153,10 +203,11 @@ class FetchProcesses(Children):
         except ChildDied as exc:
             raise UpstreamFailed(str(exc), "decode_worker") from None
         finally:
-            child.jobs.pop(job_id, None)
+            await child.forget(job_id)
 
     def _usage(self) -> dict[str, Any]:
-        return {"in_flight": {str(pid): len(c.jobs) for pid, c in sorted(self.alive.items())}}
+        in_flight = {str(pid): len(c.jobs) for pid, c in sorted(self.alive.items())}
+        return {"pool": self.pool_name, "in_flight": in_flight}
 
 
 async def _died(future: asyncio.Future[Fetched], exc: BaseException) -> Fetched:
@@ -172,8 +223,9 @@ async def _died(future: asyncio.Future[Fetched], exc: BaseException) -> Fetched:
 # -- the fetch process ------------------------------------------------------------------------
 
 
-async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any, ...]:
-    """One router request through this process's pool: the answer's fields after the job id."""
+async def _job(parts: dict[str, Any], meta: bytes, request: bytes, admit: Admit) -> tuple[Any, ...]:
+    """One router request through this process's pool (`admit`: ask the server for the body's
+    budget): the answer's fields after the job id."""
     from impl.server import upstream
 
     url, prompt_tokens, n, topk, include = orjson.loads(meta)
@@ -188,7 +240,7 @@ async def _job(parts: dict[str, Any], meta: bytes, request: bytes) -> tuple[Any,
     try:
         started = time.perf_counter()
         try:
-            reply = await upstream.post(parts["pool"], url, request, attempt)
+            reply = await upstream.post(parts["pool"], url, request, attempt, admit)
         finally:
             upstream_seconds = time.perf_counter() - started
         body_bytes = len(reply.body)
@@ -223,10 +275,21 @@ async def _serve(args: argparse.Namespace) -> int:
     reader, writer = await asyncio.open_unix_connection(sock=channel, limit=_READ_LIMIT)
     writer.write(_READY)
     tasks: set[asyncio.Task[None]] = set()
+    grants: dict[int, asyncio.Future[None]] = {}
 
     async def run(job_id: int, meta: bytes, request: bytes) -> None:
-        kind, payload, body_bytes, attempts, timings = await _job(parts, meta, request)
-        writer.write(_ANSWER.pack(job_id, kind, len(payload), body_bytes, attempts, *timings))
+        async def admit(status: int, length: int | None) -> None:
+            granted = grants[job_id] = asyncio.get_running_loop().create_future()
+            asked = _ADMIT.pack(status, -1 if length is None else length)
+            writer.write(_HEAD.pack(job_id, b"a") + asked)
+            try:
+                await granted
+            finally:
+                grants.pop(job_id, None)
+
+        kind, payload, body_bytes, attempts, timings = await _job(parts, meta, request, admit)
+        writer.write(_HEAD.pack(job_id, kind))
+        writer.write(_RESULT.pack(len(payload), body_bytes, attempts, *timings))
         writer.write(payload)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
@@ -234,7 +297,13 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         while True:
             try:
-                job_id, meta_size, size = _REQUEST.unpack(await reader.readexactly(_REQUEST.size))
+                head = await reader.readexactly(_REQUEST.size)
+                kind, job_id, meta_size, size = _REQUEST.unpack(head)
+                if kind == b"g":
+                    granted = grants.get(job_id)
+                    if granted is not None and not granted.done():
+                        granted.set_result(None)
+                    continue
                 meta = await reader.readexactly(meta_size)
                 request = await reader.readexactly(size)
             except (asyncio.IncompleteReadError, ConnectionError):
@@ -262,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.nice:
         os.nice(args.nice)  # the server's loop answers first when both want a core
+    return_big_buffers()
     os.dup2(2, 1)  # stray prints go to stderr, not into the frames (the socket is fd 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the server's to handle
     return asyncio.run(_serve(args))

@@ -5,7 +5,8 @@
 bodies, and the baseline), `Threads` in a thread pool for a decoder whose parse releases the GIL
 (`releases_gil`). `Inline` is also the base of every design (`impl.server.offloop`): `await
 design.to_proto(body, job) -> (bytes, decode seconds, encode seconds)`, or for the fetch design
-`fetch(url, request, job) -> Fetched`. `DecodeJob` is what decoding needs besides the body.
+`fetch(url, request, job, admit) -> Fetched` (`admit`: the pool contract's, the server's body
+budget). `DecodeJob` is what decoding needs besides the body.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from impl.decode import Completion, DecodeError
+from impl.pool import Admit
 from impl.server.upstream import UpstreamFailed
 
 #: SampleResponse bytes, seconds decoding, seconds encoding
@@ -96,7 +98,7 @@ class Inline:
         """True when `fetch` sends the request (the fetch design), False: the loop's pool does."""
         return False
 
-    async def fetch(self, url: str, request: bytes, job: DecodeJob) -> Fetched:
+    async def fetch(self, url: str, request: bytes, job: DecodeJob, admit: Admit) -> Fetched:
         raise NotImplementedError(f"the {self.name} design does not fetch")
 
     async def aclose(self) -> None:

@@ -37,7 +37,14 @@ from typing import Any
 
 import orjson
 
-from impl.server.offloop.children import Child, ChildDied, Children, failure_of, failure_payload
+from impl.server.offloop.children import (
+    Child,
+    ChildDied,
+    Children,
+    failure_of,
+    failure_payload,
+    return_big_buffers,
+)
 from impl.server.offloop.inline import Converted, DecodeJob, to_proto
 from impl.server.upstream import UpstreamFailed
 
@@ -143,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.nice:
         os.nice(args.nice)  # the server's loop answers first when both want a core
+    return_big_buffers()
     from impl import registry
 
     out = os.dup(1)  # the answer channel; stray prints go to stderr, not into the frames

@@ -1,6 +1,7 @@
 """Off-loop decoding: every decoder's bytes through decode processes and threads equal the
 reference's; a killed decode process fails only the sample it held and is replaced; the body
-budget lets one body larger than the cap through alone; shutdown with work in flight leaves no
+budget holds bodies (one larger than the cap goes alone), never requests, in each design;
+shutdown with work in flight leaves no
 process behind and does not hang.
 
 No timing assertions: how free the loop stays is measured by `hotpath loadtest --preset
@@ -23,7 +24,7 @@ from _server import Api, start_server, start_upstream
 from impl import registry
 from impl.decode import Completion, releases_gil
 from impl.server import offloop
-from impl.server.forward import BodyBudget
+from impl.server.forward import RECEIVE_FACTOR, Admission, BodyBudget
 from impl.server.offloop.inline import DecodeJob, to_proto
 from impl.server.offloop.processes import DecodeProcesses
 from impl.server.upstream import UpstreamFailed
@@ -195,6 +196,32 @@ def test_body_budget_is_fifo_and_lets_one_oversized_body_through_alone():
     asyncio.run(run())
 
 
+def test_an_admission_takes_twice_the_length_while_reading_and_gives_it_back():
+    """The pool contract's `admit`: twice the Content-Length (the expected size without one),
+    a second answer (the retry after a 5xx) first returns the first one's share, `settle` keeps
+    the size read, `release` ends the hold once (an empty body too)."""
+
+    async def run() -> None:
+        budget = BodyBudget(1000)
+        admission = Admission(budget, expected=300)
+        await admission(200, 100)
+        assert (budget.used, budget.holders) == (2 * RECEIVE_FACTOR * 50, 1) == (200, 1)
+        await admission(500, None)  # a retried answer without Content-Length
+        assert (budget.used, budget.holders) == (600, 1)
+        admission.settle(250)
+        assert budget.used == 250
+        admission.release()
+        admission.release()
+        assert (budget.used, budget.holders) == (0, 0)
+        empty = Admission(budget, expected=0)
+        await empty(200, 0)
+        assert budget.holders == 1
+        empty.release()
+        assert (budget.used, budget.holders, budget.peak) == (0, 0, 600)
+
+    asyncio.run(run())
+
+
 def _process_pids(api: Api) -> list[int]:
     return api.healthz()["offloop"]["pids"]
 
@@ -253,22 +280,31 @@ def test_a_killed_decode_process_fails_only_its_sample_and_is_replaced():
         api.close()
 
 
-def test_bodies_larger_than_the_in_flight_cap_go_one_at_a_time_and_complete():
+@pytest.mark.parametrize("design", ["inline", "processes", "fetch"])
+def test_the_body_budget_holds_bodies_not_requests(design: str) -> None:
+    """With a 1 KiB budget every body is larger than the cap: bodies are read one at a time
+    (budget peak 1), yet all four requests reach the upstream at once (its peak in flight 4):
+    the budget is taken when an answer arrives, not before the request is sent."""
     with (
         start_upstream() as upstream,
-        _offloop_server(upstream.url, "--max-body-bytes-in-flight", "1024") as server,
+        _offloop_server(
+            upstream.url, "--max-body-bytes-in-flight", "1024", "--offloop", design
+        ) as server,
     ):
         api = Api(server.url)
         ssid = api.sampling_session()
-        seeds = [fake.DELAY_BASE + 200 + i for i in range(4)]  # each held 0.2 s upstream
+        seeds = [fake.DELAY_BASE + 500 + i for i in range(4)]  # each held 0.5 s upstream
         ids = [api.asample(ssid, i, seed=s, max_tokens=64).json()["request_id"] for i, s in
                enumerate(seeds)]  # fmt: skip
         for request_id in ids:
             result = api.result(request_id)
             assert result.headers["content-type"] == "application/x-protobuf", result.text
-        budget = api.healthz()["offloop"]["body_budget"]
+        health = api.healthz()
+        budget = health["offloop"]["body_budget"]
+        assert health["offloop"]["design"] == design
         assert budget["peak_bodies"] == 1  # never two bodies held at once
-        assert budget["waited_total"] >= 1 and budget["bodies"] == 0 and budget["bytes"] == 0
+        assert budget["bodies"] == 0 and budget["bytes"] == 0
+        assert upstream.get("/stats")["peak_in_flight"] == 4  # all requests sent at once
         api.close()
 
 

@@ -1,5 +1,6 @@
-"""The shared store against a real redis-server: two stores in one event loop stand for two
-processes (dedup, wake-ups, clocks, caps, takeover), then real `hotpath serve` processes."""
+"""The shared store against a real redis-server and a real valkey-server (`engine` runs each
+test on both): two stores in one event loop stand for two processes (dedup, wake-ups, clocks,
+caps, takeover), then real `hotpath serve` processes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import time
 import uuid
 
+import _engines
 import numpy as np
 import pytest
 from _server import Api, grown, start_server
@@ -27,9 +29,10 @@ pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTA
 DELAY_BASE = 800_000_000  # tests/_fake_vllm.py: seed DELAY_BASE + ms answers after ms
 
 
-@pytest.fixture(scope="module")
-def engine():
-    server = embedded.start()
+@pytest.fixture(scope="module", params=_engines.params())
+def engine(request):
+    """Each engine-level test runs on Redis and on Valkey."""
+    server = _engines.start(request.param)
     yield server
     server.stop()
 

@@ -112,13 +112,13 @@ for i = 8, #ARGV do
   if state and state ~= 'pending' and not delivered and key and key ~= '' then
     local session, seq = string.match(key, '^(.*)%z(%d+)$')
     if session == ARGV[3] and math.floor(tonumber(seq) / 1000000000) == tonumber(ARGV[4]) then
+      redis.call('PEXPIRE', record, ARGV[5])  -- first: a full engine still lets it through
+      redis.call('PEXPIRE', ARGV[2] .. 'p:' .. ARGV[i], ARGV[5])
+      redis.call('PEXPIRE', ARGV[2] .. 'k:' .. seq .. ':' .. session, ARGV[6])
       size = tonumber(size or '0')
       if old then redis.call('HINCRBY', KEYS[1], old, -size) end
       redis.call('HINCRBY', KEYS[1], ARGV[7], size)
       redis.call('HSET', record, 'd', '1', 'b', ARGV[7])
-      redis.call('PEXPIRE', record, ARGV[5])
-      redis.call('PEXPIRE', ARGV[2] .. 'p:' .. ARGV[i], ARGV[5])
-      redis.call('PEXPIRE', ARGV[2] .. 'k:' .. seq .. ':' .. session, ARGV[6])
       started = started + 1
     end
   end

@@ -54,8 +54,9 @@ def how_it_ended(code: int) -> str:
 class Keeper:
     """A supervised embedded redis-server: `start()`, `url`, `stop()`."""
 
-    def __init__(self, *, timeout: float = 15.0) -> None:
+    def __init__(self, *, timeout: float = 15.0, extra: tuple[str, ...] = ()) -> None:
         self.timeout = timeout
+        self.extra = extra  # server options, each start (embedded.memory_options)
         self.directory = tempfile.mkdtemp(prefix="hotpath-store-")
         self.socket = os.path.join(self.directory, "redis.sock")
         self.server: embedded.EmbeddedRedis | None = None
@@ -89,7 +90,7 @@ class Keeper:
 
     def _run(self) -> None:
         try:
-            self.server = embedded.start(self.timeout, directory=self.directory)
+            self.server = embedded.start(self.timeout, directory=self.directory, extra=self.extra)
         except RuntimeError as exc:
             self.error = str(exc)
             return
@@ -119,7 +120,7 @@ class Keeper:
         logged = 0.0
         for attempt in itertools.count():
             try:
-                server = embedded.start(self.timeout, directory=self.directory)
+                server = embedded.start(self.timeout, directory=self.directory, extra=self.extra)
             except RuntimeError as exc:
                 self.error = str(exc)
                 self._set("restarting")

@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from impl.server.store import Key, StoreUnavailable
 
@@ -62,7 +62,10 @@ return {value, exists}
 # bytes stay) in the same MULTI as this script. The completion is appended to the log in the
 # same script, with the engine's clock in ms (the batching rule reads when each arrived); the
 # message names the target too when its held poll's answer becomes due.
+# A result whose bytes are not there (the SET was refused: an engine at maxmemory takes a small
+# script after refusing a 2 MB SET) is not finished: -1, and the forward stores it again.
 FINISH = """
+if ARGV[2] == 'done' and redis.call('EXISTS', KEYS[6]) == 0 then return -1 end
 if redis.call('HGET', KEYS[1], 's') ~= 'pending' then
   redis.call('HINCRBY', KEYS[5], 'finished_twice', 1)
   return 0
@@ -97,17 +100,20 @@ redis.call('PUBLISH', ARGV[6], message)
 return 1
 """
 # KEYS: record, dedup key, bytes, stats, payload. ARGV: retrieved ttl ms, key ttl ms, bucket.
+# The PEXPIREs come first: an engine at maxmemory (noeviction) refuses a script whose first
+# write may grow memory (HSET, HINCRBY) and lets the rest of a script through once it wrote, so a
+# delivery still starts its clock, and frees the memory, when the engine is full.
 DELIVERED = """
 local state = redis.call('HGET', KEYS[1], 's')
 if not state or state == 'pending' then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[5], ARGV[1])
+if redis.call('HGET', KEYS[1], 'k') ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 local size = tonumber(redis.call('HGET', KEYS[1], 'sz') or '0')
 local old = redis.call('HGET', KEYS[1], 'b')
 if old then redis.call('HINCRBY', KEYS[3], old, -size) end
 redis.call('HINCRBY', KEYS[3], ARGV[3], size)
 redis.call('HSET', KEYS[1], 'd', '1', 'b', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[5], ARGV[1])
-if redis.call('HGET', KEYS[1], 'k') ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 redis.call('HINCRBY', KEYS[4], 'delivered', 1)
 return 1
 """
@@ -191,6 +197,11 @@ def guard(method: Callable) -> Callable:
             health.count(op)
             raise
         except (RedisError, OSError) as exc:
+            if isinstance(exc, OutOfMemoryError):  # maxmemory, noeviction: nothing was written
+                raise StoreUnavailable(
+                    f"the shared store at {self.address} is full (its maxmemory; stored results "
+                    f"are kept until they expire): {exc}"
+                ) from exc
             health.count(op)
             raise StoreUnavailable(
                 f"the shared store at {self.address} is unavailable ({type(exc).__name__}: {exc})"

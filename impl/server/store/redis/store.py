@@ -328,7 +328,12 @@ class RedisStore(SessionPolling, StoreBackground):
                 record.key[0] if record.key else "",
             ],
         )
-        await settled(finished, *([stored] if stored is not None else []))
+        if (await settled(finished, *([stored] if stored is not None else [])))[0] == -1:
+            # the bytes were refused (engine full): the forward stores the result again
+            raise StoreUnavailable(
+                f"the shared store at {self.address} did not keep the result's bytes; "
+                "storing it again"
+            )
         self.owned.discard(record.request_id)
         record.state = state
         self._wake(record.request_id)
