@@ -147,6 +147,12 @@ NEAR_LOGPROBS += [b"--1.5", b"-1.-5", b"-1.5.5", b"-1.5e-05.5", b"1.5-", b"+1.5"
 NEAR_LOGPROBS += [b"-1e-05", b"-0.0", b"0.0", b"-9999.0", b"-1.5e-99", b"-1.5e+99", b"-1.5e-05-"]
 NEAR_LOGPROBS += [b"-1.5e-0500", b"-1.5ee-05", b"-1.5e-05e", b"-1", b"0", b"null", b'"-1.5"']
 NEAR_LOGPROBS += [b"-0.1234567890123456789012345", b"-1.2345678901234567890e-05", b"-1,5"]
+# the whole form (issue 32): two whole digits, one exponent digit (orjson), and just outside
+NEAR_LOGPROBS += [b"-10.5", b"-99.25", b"-12.34567890123456", b"-12.345678901234567"]
+NEAR_LOGPROBS += [b"-12.3456789012345678", b"-99.99999999999999999", b"-05.5", b"-00.5"]
+NEAR_LOGPROBS += [b"-100.5", b"-10.", b"-10", b"-1.5e-5e", b"-1.5e-5.", b"-1.5e5", b"-12.5e-7"]
+NEAR_LOGPROBS += [b"-1.5e+5", b"-1.5e-0", b"-12.5e-05", b"-1.5e-", b"-0.00007738019485259429"]
+NEAR_LOGPROBS += [b"-0.0000000000000000000001", b"-1.0e-9", b"-9.999999999999999e-5"]
 
 
 @pytest.mark.parametrize("where", [0, 3, 17, 39])
@@ -201,7 +207,9 @@ def _elements_spanning(length: int) -> list[bytes]:
     return [*out, b"-0." + b"7" * (length - 4)]
 
 
-@pytest.mark.parametrize("bad", [b"-", b"", b"-.", b"1.", b"-1e", b"01"], ids=repr)
+@pytest.mark.parametrize(
+    "bad", [b"-", b"", b"-.", b"1.", b"-1e", b"01", b"-05.5", b"-1.5e-", b"-1.5e-5e"], ids=repr
+)
 @pytest.mark.parametrize("kept", [True, False], ids=["kept", "skipped"])
 def test_malformed_number_at_every_64_byte_block_offset(bad, kept, compiled):
     """A malformed element (a lone `-` or empty ones included) of a logprob array that the bulk
@@ -254,6 +262,38 @@ def test_objects_near_the_flat_form(where, compiled):
 
 
 SUBSTITUTES = [bytes([c]) for c in b'"\\,:{}[]0159-+.eE tn\x00\x1f\x7f'] + [b"\xc3", b"\x80"]
+
+
+# String contents that keep to the bulk checks since issue 32 (escapes; UTF-8 in the AVX2
+# build) and just outside them (\\u escapes, lone surrogates, bad escapes, cut or invalid UTF-8,
+# control bytes)
+BULK_STRINGS = [b"\\n", b'\\"', b"\\\\", b'\\\\\\"', b'a\\"b\\\\', b"\\/\\b\\f\\r\\t"]
+BULK_STRINGS += [b"\\u00e9", b"\\ud83d\\ude00", b"\\ud83d", b"\\ude00", b"\\x", b"\\u12", b"\\"]
+BULK_STRINGS += [b"\xc3\xa9", b"\xe6\x97\xa5\xe6\x9c\xac", b"\xf0\x9f\x99\x82", b"\xe2\x80\x8d"]
+BULK_STRINGS += [b"\xc3", b"\xe6\x97", b"\xf0\x9f\x99", b"\xed\xa0\x80", b"\xc0\xaf", b"\x80"]
+BULK_STRINGS += [b"\xf4\x90\x80\x80", b"\x1f", b"\x7f", b"\xc3\xa9\\n\xc3\xa9", b"\\\xc3\xa9"]
+
+
+@pytest.mark.parametrize("array", ["tokens", "top_logprobs"])
+def test_strings_in_bulk_arrays_at_every_block_offset(array, compiled):
+    """A token, or a top-logprob key, with escapes or non-ASCII bytes, valid or not, shifted
+    through every offset of a 64-byte block (so an escape's backslash, or a UTF-8 sequence,
+    sits across two blocks at some shift), among ASCII neighbours and after one other such
+    string: the reference's answer (DecodeError or the same arrays), never another."""
+    body = bodies.body_for(40, kind="vllm", seed=19)
+    answered = 0
+    for content in BULK_STRINGS:
+        for shift in range(66):
+            pad = b"p" * shift
+            if array == "tokens":
+                head, rest = body.split(b'"tokens":[', 1)
+                case = head + b'"tokens":["%s","\xc3\xa9","%s",' % (pad, content) + rest
+            else:
+                head, rest = body.split(b'"top_logprobs":[', 1)
+                inserted = b'{"%s":-0.5},{"\\n":-1.5},{"%s":-1.5,"x":-2.5e-05},' % (pad, content)
+                case = head + b'"top_logprobs":[' + inserted + rest
+            answered += as_the_reference(compiled, case)
+    assert answered >= 66 * 10  # the valid ones answered by the fast path itself
 
 
 def test_every_byte_replaced_or_dropped(compiled):

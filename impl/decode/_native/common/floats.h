@@ -181,10 +181,12 @@ inline void digits32(const uint8_t* end, size_t keep, uint64_t& high, uint64_t& 
 #endif
 
 #if defined(__SSE2__)
-// whole.fraction x 10^exponent, the fraction's `frac_digits` digits ending at `end` (32
+// whole.fraction x 10^exponent (whole < 10 unless `two_whole_digits`), the fraction's
+// `frac_digits` digits ending at `end` (32
 // readable bytes before it), read without a branch on the digit count and rounded by
 // Eisel-Lemire; false when it cannot vouch (more than 19 significant digits, a rounding it
 // cannot decide): the caller takes the general path.
+template <bool two_whole_digits = false>
 [[gnu::always_inline]] inline bool fraction_double(uint64_t whole, const uint8_t* end,
                                                    size_t frac_digits, int64_t exponent,
                                                    bool negative, double& out) {
@@ -197,9 +199,13 @@ inline void digits32(const uint8_t* end, size_t keep, uint64_t& high, uint64_t& 
   uint64_t low = digits16_vec(last_digits(end, frac_digits < 16 ? frac_digits : 16));
   uint64_t high = digits16_vec(last_digits(end - 16, high_keep));
 #endif
-  // whole * 10^f + fraction must be the exact significand (< 10^19); one branch, taken
-  // almost never (whole is 0 or not about as often: a branch on it would mispredict)
-  if ((whole != 0) & (frac_digits > 18) | (whole == 0) & (high >= 1000)) return false;
+  // whole * 10^f + fraction must be the exact significand (< 10^19: f <= 18 for a one-digit
+  // whole part, f <= 17 for two); one branch, taken almost never (whole is 0 or not about as
+  // often: a branch on it would mispredict)
+  size_t wide = two_whole_digits && whole >= 10;
+  if (((whole != 0) & (frac_digits + wide > 18)) | ((whole == 0) & (high >= 1000))) {
+    return false;
+  }
   uint64_t mantissa = high * 10000000000000000ULL + low +
                       whole * kPow10[frac_digits < 19 ? frac_digits : 19];
   int64_t power = exponent - static_cast<int64_t>(frac_digits);
@@ -225,23 +231,37 @@ inline void digits32(const uint8_t* end, size_t keep, uint64_t& high, uint64_t& 
 #endif
 }
 
-// A number the caller has checked has the form -?d.d+(e[+-]dd)? (the bulk checks of
-// onepass_nogil/bulk.h), `exp` the offset of its 'e' or its length: read as logprob_double reads
-// it, without checking the form again.
-[[gnu::always_inline]] inline bool checked_logprob_double(const uint8_t* s, size_t len,
+// A number the caller has checked has the form -?w.d+(e[+-]d{1,2})? with a whole part w of one
+// or two digits (the bulk checks of onepass_nogil/bulk.h), `dot` and `exp` the offsets of its
+// '.' and of its 'e' (or its length): read as logprob_double reads it, without checking the
+// form again. Without `wide` the caller vouches for the narrow form, one whole digit and two
+// exponent digits (-?d.d+(e[+-]dd)?).
+template <bool wide>
+[[gnu::always_inline]] inline bool checked_logprob_double(const uint8_t* s, size_t len, size_t dot,
                                                           size_t exp, bool negative,
                                                           double& out) {
 #if defined(__SSE2__)
-  // without a branch on whether it has one (a third of vLLM's logprobs do): read the last
-  // two digits and the sign three bytes before them either way, keep them only if so
+  // without a branch on whether it has one (a third of vLLM's logprobs do) or how long it is:
+  // read the last two digits and the bytes before them either way, keep what the form says
   const uint8_t* last = s + len;
-  int64_t magnitude = (last[-2] - '0') * 10 + (last[-1] - '0');
-  int64_t exponent = last[-3] == '-' ? -magnitude : magnitude;
+  if constexpr (!wide) {  // -?d.d+(e[+-]dd)?
+    (void)dot;
+    int64_t magnitude = (last[-2] - '0') * 10 + (last[-1] - '0');
+    int64_t exponent = last[-3] == '-' ? -magnitude : magnitude;
+    exponent &= -static_cast<int64_t>(exp != len);
+    return fraction_double(s[negative] - '0', s + exp, exp - negative - 2, exponent, negative,
+                           out);
+  }
+  bool two = exp + 4 == len;  // e[+-]dd (else e[+-]d, or none)
+  int64_t units = last[-1] - '0', tens = last[-2] - '0';
+  int64_t magnitude = two ? tens * 10 + units : units;
+  int64_t exponent = (two ? last[-3] : last[-2]) == '-' ? -magnitude : magnitude;
   exponent &= -static_cast<int64_t>(exp != len);
-  return fraction_double(s[negative] - '0', s + exp, exp - negative - 2, exponent, negative,
-                         out);
+  uint64_t whole = static_cast<uint64_t>(s[negative] - '0');
+  if (dot != size_t{negative} + 1) whole = whole * 10 + static_cast<uint64_t>(s[negative + 1] - '0');
+  return fraction_double<true>(whole, s + exp, exp - dot - 1, exponent, negative, out);
 #else
-  (void)s, (void)len, (void)exp, (void)negative, (void)out;
+  (void)s, (void)len, (void)dot, (void)exp, (void)negative, (void)out;
   return false;
 #endif
 }

@@ -9,8 +9,8 @@
 // only once the token before it is read: a chain from token to token. Where a body is long and
 // regular, arrays break that chain, checked 64 bytes at a time from byte-class masks
 // (bulk.h: text_offset, token_ids, tokens, the kept token_logprobs and the skipped
-// top_logprobs objects). Anything they doubt goes through the token-at-a-time path, which
-// decides.
+// top_logprobs objects; escapes and, in the AVX2 build, UTF-8 included). Anything they doubt
+// goes through the token-at-a-time path, which decides.
 //
 // Reads: up to 64 bytes past a position at or before the end (the caller pads, see decode),
 // and the byte at the end must be one no rule accepts (a NUL).
@@ -240,13 +240,15 @@ struct ByteWalker {
     goto value;
   elements:  // c is the first byte of an array element
     while (true) {
-      // Runs of plain strings, numbers or flat objects in bulk; the rest one at a time.
+      // Runs of strings, numbers or flat objects in bulk; the rest one at a time.
       size_t bulk = c == '"'     ? plain_strings(buf, pos)
                     : c == '{'   ? flat_objects(buf, pos)
                     : is_digit(c) ? naturals(buf, pos, [](const uint8_t*, size_t) {})
                                   : pos;
       if (bulk == pos && (c == '-' || is_digit(c))) {
-        bulk = logprob_runs(buf, pos, [](const uint8_t*, const Shape&) { return true; });
+        auto any = [](const uint8_t*, const Shape&) { return true; };
+        bulk = logprob_runs<false>(buf, pos, any);
+        if (bulk == pos) bulk = logprob_runs<true>(buf, pos, any);
       }
       if (bulk != pos) {
         go(bulk);
@@ -300,15 +302,30 @@ struct ByteWalker {
   // it; one it cannot read stops the run there (the general path decides it).
   void bulk_logprobs(std::vector<float>& out) {
     if (!is_digit(peek()) && peek() != '-') return;
-    go(logprob_runs(buf, pos, [&](const uint8_t* s, const Shape& sh) {
-      double value;
-      if (!checked_logprob_double(s, sh.len, sh.exp, sh.negative, value) &&
-          !shaped_double(s, sh.len, sh, value)) {
-        return false;
-      }
-      out.push_back(static_cast<float>(value));  // double, then float32
-      return true;
-    }));
+    // the narrow form (one whole digit, two exponent digits) first; where it takes nothing,
+    // the whole form (bulk.h)
+    size_t end = logprob_runs<false>(buf, pos, [&](const uint8_t* s, const Shape& sh) {
+      return read_logprob<false>(s, sh, out);
+    });
+    if (end == pos) {
+      end = logprob_runs<true>(buf, pos, [&](const uint8_t* s, const Shape& sh) {
+        return read_logprob<true>(s, sh, out);
+      });
+    }
+    go(end);
+  }
+  // A number logprob_runs passed (in its whole form with `wide`) into `out`, read as number()
+  // reads it; false when it cannot be (the general path decides it).
+  template <bool wide>
+  [[gnu::always_inline]] static bool read_logprob(const uint8_t* s, const Shape& sh,
+                                                  std::vector<float>& out) {
+    double value;
+    if (!checked_logprob_double<wide>(s, sh.len, sh.dot, sh.exp, sh.negative, value) &&
+        !shaped_double(s, sh.len, sh, value)) {
+      return false;
+    }
+    out.push_back(static_cast<float>(value));  // double, then float32
+    return true;
   }
 
   template <typename F>
