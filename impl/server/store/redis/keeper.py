@@ -91,12 +91,12 @@ class Keeper:
     def _run(self) -> None:
         try:
             self.server = embedded.start(self.timeout, directory=self.directory, extra=self.extra)
+            self._set("running")  # before start() returns: keeper.json is there for every process
         except RuntimeError as exc:
             self.error = str(exc)
             return
         finally:
             self._started.set()
-        self._set("running")
         while not self._stopping.is_set():
             code = self.server.process.wait()
             if self._stopping.is_set():
