@@ -34,6 +34,7 @@ import psutil
 import pytest
 from _faults import OwnStore, RssWatch, bad_statuses, never_logged, statuses, tree_rss
 from _server import start_server
+from _wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
@@ -105,16 +106,6 @@ def _serve_processes(pid: int) -> set[int]:
     return {p.pid for p in [root, *root.children(recursive=True)] if "serve" in p.cmdline()}
 
 
-def _until(check, deadline: float = 60.0):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {deadline} s")
-
-
 def _status(url: str) -> int:
     try:
         status, _ = procs.get_json(url, timeout=5.0)
@@ -125,7 +116,7 @@ def _status(url: str) -> int:
 
 def _time_to(url: str, status: int, since: float) -> float:
     """Seconds from `since` until GET `url` answers `status`."""
-    _until(lambda: _status(url) == status)
+    until(lambda: _status(url) == status, deadline=60.0)
     return round(time.monotonic() - since, 3)
 
 
@@ -225,7 +216,7 @@ def test_the_embedded_store_is_killed(router):
             keeper = server.get("/healthz")["store_backend"].get("embedded") or {}
             return keeper if keeper.get("restarts") == 1 and keeper["state"] == "running" else None
 
-        keeper = _until(kept)
+        keeper = until(kept, deadline=60.0)
         back = round(time.monotonic() - killed, 3)  # restarted (a ping may not have seen it go)
         figures = _check(run.finish(), server, rss, before)
         assert keeper["last_exit"] == "killed by SIGKILL" and keeper["pid"] != store.pid
@@ -250,7 +241,9 @@ def test_a_server_process_is_killed(router):
         victim = killer.outcome["killed_pid"]
         assert victim, killer.outcome
         result = run.finish()
-        after = _until(lambda: len(found := _serve_processes(server.pid)) == 3 and found)
+        after = until(
+            lambda: len(found := _serve_processes(server.pid)) == 3 and found, deadline=60.0
+        )
         assert victim not in after  # supervisor and 2 workers, one of them new
         figures = _check(result, server, rss, after)
         store = server.get("/healthz")["store"]

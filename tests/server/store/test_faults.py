@@ -16,6 +16,7 @@ import time
 import pytest
 from _faults import OwnStore, bad_statuses, never_logged, statuses
 from _server import Api, start_server
+from _wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
@@ -25,17 +26,6 @@ from impl.server.store.redis.pipeline import AutoPipeline, settled
 from impl.server.store.redis.store import RedisStore
 
 pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
-
-
-def _until(check, deadline: float = 30.0):
-    """Call `check()` until it returns something true (the value), or fail at the deadline."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {deadline} s: {check}")
 
 
 def _store_calls(api: Api, session_id: str, ssid: str, request_id: str):
@@ -83,7 +73,7 @@ def test_every_store_route_answers_503_json_while_the_store_is_killed(upstream, 
                 request_id = api.asample(ssid, 0, seed=7).json()["request_id"]
                 assert api.result(request_id).status_code == 200
                 engine.kill()
-                why = _until(lambda: api.http.get("/readyz").status_code == 503 and api.healthz())
+                why = until(lambda: api.http.get("/readyz").status_code == 503 and api.healthz())
                 assert why["ready"] is False and "unavailable" in why["why_not_ready"][0]
                 assert api.http.get("/livez").status_code == 200
                 for name, response in _store_calls(api, session_id, ssid, request_id):
@@ -93,7 +83,7 @@ def test_every_store_route_answers_503_json_while_the_store_is_killed(upstream, 
                     assert "shared store" in response.json()["detail"], name
                     assert response.json()["detail"].endswith("retry later"), name
                 engine.start()
-                _until(lambda: api.http.get("/readyz").status_code == 200)
+                until(lambda: api.http.get("/readyz").status_code == 200)
                 beats = [
                     api.post("/api/v1/session_heartbeat", {"session_id": session_id}).status_code
                     for _ in range(4)
@@ -129,18 +119,16 @@ def test_a_stalled_store_is_away_and_comes_back(upstream, tmp_path):
                 ssid = api.sampling_session()
                 session_id = api.post("/api/v1/create_session", {"tags": []}).json()["session_id"]
                 engine.pause()
-                health = _until(
-                    lambda: api.http.get("/readyz").status_code == 503 and api.healthz()
-                )
+                health = until(lambda: api.http.get("/readyz").status_code == 503 and api.healthz())
                 assert "not answered" in health["why_not_ready"][0] or "stalled" in str(health)
                 # calls fail at once once the ping timed out (the health thread says away)
-                _until(lambda: api.healthz()["store_backend"]["away_s"] is not None)
+                until(lambda: api.healthz()["store_backend"]["away_s"] is not None)
                 began = time.monotonic()
                 refused = api.post("/api/v1/session_heartbeat", {"session_id": session_id})
                 assert refused.status_code == 503 and "no answer within 1 s" in refused.text
                 answered_in = time.monotonic() - began
                 engine.resume()
-                _until(lambda: api.http.get("/readyz").status_code == 200)
+                until(lambda: api.http.get("/readyz").status_code == 200)
                 assert (
                     api.post("/api/v1/session_heartbeat", {"session_id": session_id}).status_code
                     == 200
@@ -254,7 +242,7 @@ def test_the_embedded_keeper_state_is_on_the_probes(upstream):
             keeper = api.healthz()["store_backend"]["embedded"]
             assert keeper["state"] == "running" and keeper["restarts"] == 0, keeper
             os.kill(keeper["pid"], signal.SIGKILL)
-            keeper = _until(
+            keeper = until(
                 lambda: (
                     (k := api.healthz()["store_backend"]["embedded"])["restarts"] == 1
                     and k["state"] == "running"
@@ -262,7 +250,7 @@ def test_the_embedded_keeper_state_is_on_the_probes(upstream):
                 )
             )
             assert keeper["last_exit"] == "killed by SIGKILL", keeper
-            _until(lambda: api.http.get("/readyz").status_code == 200)
+            until(lambda: api.http.get("/readyz").status_code == 200)
             again = api.result(request_id)
             assert again.status_code == 200, again.text  # from its append-only file
         finally:
