@@ -220,10 +220,11 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _offloop_server(upstream_url: str, *extra: str):
+def _offloop_server(upstream_url: str, *extra: str, design: str = "processes", count: int = 1):
+    """`hotpath serve` whose off-loop `design` (`count` processes) takes every body."""
     return start_server(
         upstream_url,
-        "--poll-hold", "1", "--offloop", "processes", "--offloop-count", "1",
+        "--poll-hold", "1", "--offloop", design, "--offloop-count", str(count),
         "--offloop-min-bytes", "0", "--decode", "json", *extra,
     )  # fmt: skip
 
@@ -265,7 +266,7 @@ def test_the_body_budget_holds_bodies_not_requests(design: str) -> None:
     with (
         start_upstream() as upstream,
         _offloop_server(
-            upstream.url, "--max-body-bytes-in-flight", "1024", "--offloop", design
+            upstream.url, "--max-body-bytes-in-flight", "1024", design=design
         ) as server,
     ):
         api = Api(server.url)
@@ -287,7 +288,7 @@ def test_the_body_budget_holds_bodies_not_requests(design: str) -> None:
 
 def test_shutdown_with_work_in_flight_leaves_no_process_and_does_not_hang():
     with start_upstream() as upstream:
-        server = _offloop_server(upstream.url, "--offloop-count", "2")
+        server = _offloop_server(upstream.url, count=2)
         try:
             api = Api(server.url)
             ssid = api.sampling_session()
