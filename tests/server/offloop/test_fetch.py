@@ -12,16 +12,19 @@ process behind. No timing assertions: how free the loop stays is measured by `ho
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
+from typing import Any
 
 import _fake_vllm as fake
 import orjson
 import pytest
 from _params import family_params
-from _server import Api, start_server, start_upstream
+from _server import Api, start_upstream
 from _wait import until
-from test_processes import _gone, _process_pids
+from test_processes import _gone, _offloop_server, _process_pids
 
 from impl import registry
 from impl.pool import PREFERENCE
@@ -148,12 +151,8 @@ def test_small_expected_bodies_stay_on_the_loop(upstream):
     asyncio.run(run())
 
 
-def _fetch_server(upstream_url: str, *extra: str):
-    return start_server(
-        upstream_url,
-        "--poll-hold", "1", "--offloop", "fetch", "--offloop-count", "2",
-        "--offloop-min-bytes", "0", "--decode", "json", *extra,
-    )  # fmt: skip
+def _fetch_server(upstream_url: str):
+    return _offloop_server(upstream_url, design="fetch", count=2)
 
 
 def test_healthz_and_metrics_show_the_fetch_design(upstream):
@@ -224,40 +223,42 @@ def test_a_dead_router_fails_the_sample_as_inline_does():
         api.close()
 
 
-def test_shutdown_with_fetches_in_flight_leaves_no_process(upstream):
+@contextlib.contextmanager
+def _fetches_in_flight(upstream, count: int) -> Iterator[tuple[Any, list[int]]]:
+    """A fetch-design server with `count` samples held 5 s upstream, in flight in its fetch
+    processes; yields the server and those processes' pids (the server is stopped after)."""
     server = _fetch_server(upstream.url)
     try:
         api = Api(server.url)
         ssid = api.sampling_session()
         pids = _process_pids(api)
-        for i in range(4):  # each held 5 s upstream: in flight in a process when the server stops
+        for i in range(count):
             api.asample(ssid, i, seed=fake.DELAY_BASE + 5000 + i)
-        until(lambda: api.healthz()["offloop"]["offloop"] == 4, "four samples handed over")
+        until(lambda: api.healthz()["offloop"]["offloop"] == count, f"{count} handed over")
         api.close()
+        yield server, pids
+    finally:
+        server.stop()
+
+
+def _exit(pids: list[int]) -> None:
+    for pid in pids:
+        until(lambda pid=pid: _gone(pid), f"fetch process {pid} to exit", 10)
+
+
+def test_shutdown_with_fetches_in_flight_leaves_no_process(upstream):
+    with _fetches_in_flight(upstream, 4) as (server, pids):  # in flight when the server stops
         os.kill(server.pid, signal.SIGTERM)
         assert server.process.wait(60) in (0, -signal.SIGTERM)  # 60 s: a hang guard only
         assert "Traceback" not in server.stderr(), server.stderr()
-        for pid in pids:
-            until(lambda pid=pid: _gone(pid), f"fetch process {pid} to exit", 10)
-    finally:
-        server.stop()
+        _exit(pids)
 
 
 def test_a_killed_server_leaves_no_fetch_process(upstream):
-    server = _fetch_server(upstream.url)
-    try:
-        api = Api(server.url)
-        ssid = api.sampling_session()
-        pids = _process_pids(api)
-        api.asample(ssid, 1, seed=fake.DELAY_BASE + 5000)
-        until(lambda: api.healthz()["offloop"]["offloop"] == 1, "a sample handed over")
-        api.close()
+    with _fetches_in_flight(upstream, 1) as (server, pids):
         os.kill(server.pid, signal.SIGKILL)
         server.process.wait(10)
-        for pid in pids:  # each reads EOF on its socket and exits
-            until(lambda pid=pid: _gone(pid), f"fetch process {pid} to exit", 10)
-    finally:
-        server.stop()
+        _exit(pids)  # each reads EOF on its socket and exits
 
 
 def test_loadtest_compares_fetch_with_decode_processes(tmp_path, capsys):
