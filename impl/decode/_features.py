@@ -17,10 +17,10 @@ The class is three words joined by "/":
   beyond ASCII: multilingual tokens), else `ascii`;
 - escapes: `escapes` when at least `ESCAPE_SHARE` of them are backslashes (`\\n`, `\\"` in code
   and prose tokens), else `plain`;
-- numbers, from the window at 1/4 alone (a one-choice body's `token_logprobs`): `json` when it
-  has one of Python's two-digit exponents (`e-05`; a quarter of vLLM's logprobs are below
-  1e-4), `orjson` when its exponents are all orjson's one-digit ones (`e-5`), `none` when it has
-  no exponent (a body without logprobs).
+- numbers, from the first window with an exponent in it (at 1/4, a one-choice body's
+  `token_logprobs`): `json` when it has one of Python's two-digit exponents (`e-05`; a quarter
+  of vLLM's logprobs are below 1e-4), `orjson` when its exponents are all orjson's one-digit
+  ones (`e-5`), `none` when no window has an exponent (a body without logprobs).
 
 A class is a guess from ~3 KB; a wrong one costs speed, never correctness (every decoder
 `auto` may pick equals the reference). What a class costs is not assumed here: `hotpath bench`
@@ -58,13 +58,12 @@ def windows(size: int) -> list[tuple[int, int]]:
 def features(body: bytes) -> dict[str, int]:
     """The counts a class is made of (for reports and tests)."""
     spans = windows(len(body))
-    start, end = spans[0]
     return {
         "sampled": sum(b - a for a, b in spans),
         "nonascii": sum(len(body[a:b]) - len(body[a:b].translate(None, _HIGH)) for a, b in spans),
         "backslashes": sum(body.count(b"\\", a, b) for a, b in spans),
-        "exponents": body.count(b"e-", start, end),
-        "two_digit_exponents": body.count(b"e-0", start, end),
+        "exponents": sum(body.count(b"e-", a, b) for a, b in spans),
+        "two_digit_exponents": sum(body.count(b"e-0", a, b) for a, b in spans),
     }
 
 
@@ -78,14 +77,14 @@ def classify(body: bytes) -> str:
         if not part.isascii():
             high += len(part) - len(part.translate(None, _HIGH))
         backslashes += part.count(b"\\")
-    start, end = spans[0]
-    # find, not count: stops at the first hit, and Python's `e-0` comes every few numbers
-    if body.find(b"e-0", start, end) >= 0:
-        numbers = "json"
-    elif body.find(b"e-", start, end) >= 0:
-        numbers = "orjson"
-    else:
-        numbers = "none"
+    numbers = "none"
+    for start, end in spans:  # the first window with an exponent decides; find stops at a hit
+        if body.find(b"e-0", start, end) >= 0:
+            numbers = "json"
+            break
+        if body.find(b"e-", start, end) >= 0:
+            numbers = "orjson"
+            break
     text = "nonascii" if high and high >= NONASCII_SHARE * sampled else "ascii"
     escapes = "escapes" if backslashes and backslashes >= ESCAPE_SHARE * sampled else "plain"
     return f"{text}/{escapes}/{numbers}"
