@@ -268,15 +268,15 @@ def test_auto_dispatches_by_measured_size():
         {"input": "big", "size_bytes": 10**6, "cost": {"json": 9.0, "orjson": 1.0, "auto": 0.1}},
     ]
     auto = registry.create(FAMILY, "auto", rows=rows)
-    assert [auto.choose(size) for size in (10, 31_000, 32_000, 10**8)] == [
+    assert [auto.choose(bytes(size)) for size in (10, 31_000, 32_000, 10**7)] == [
         "json",
         "json",
         "orjson",
         "orjson",
     ]
     calls = []
-    for size in (10, 10**8):
-        inner = auto.decoder_for(size)
+    for size in (10, 10**7):
+        inner = auto.decoder_for(bytes(size))
         inner_decode = inner.decode
         inner.decode = lambda body, _d=inner_decode, **kw: calls.append(len(body)) or _d(body, **kw)
     small, big = bodies.body_for(1, kind="minimal"), bodies.body_for(100000, kind="minimal")

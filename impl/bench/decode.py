@@ -2,10 +2,12 @@
 
 Per generated-token count and body: each implementation's median time, MB/s, ratio to the
 reference and to orjson, and parity (its Completion equals the reference's on the same body,
-bit for bit). `auto` is measured last, built from this run's measurements, and compared with
-the fastest. With `full`, peak memory of decoding the 262144-token vLLM body is measured per
-implementation in a fresh subprocess (growth of the peak RSS, VmHWM, across the one decode, so
-C/C++ heaps such as simdjson's parser count too). The measurement rows feed `impl.pick` and
+bit for bit). Each measured row records its body's feature class (`impl.decode._features`)
+and what computing it cost; `auto` is measured last, built from this run's rows, and compared
+with the fastest (its pick per row, by size and class, in its own table). With `full`, peak
+memory of decoding the 262144-token vLLM body is measured per implementation in a fresh
+subprocess (growth of the peak RSS, VmHWM, across the one decode, so C/C++ heaps such as
+simdjson's parser count too). The measurement rows feed `impl.pick` and
 `auto`; the medians stay in `LAST_SECONDS` for the encode section's comparison.
 
 Bodies: the original two, `minimal` and `vllm` (= `synthetic` rendered as json; labels
@@ -35,6 +37,7 @@ from typing import Any
 from impl import registry
 from impl.bench._common import Section
 from impl.decode import Completion, DecodeError
+from impl.decode._features import classify
 from impl.decode.parity import same
 from impl.harness import realtext
 from impl.measure import DEFAULT_TOKENS, LARGEST_TOKENS, TOKENS, format_seconds, render_table
@@ -125,6 +128,11 @@ def _paired(a: Any, b: Any, body: bytes, quick: bool) -> tuple[float, float]:
     return best[0], best[1]
 
 
+def _features_seconds(body: bytes) -> float:
+    """Best seconds per `classify(body)`: what auto pays where the class decides its pick."""
+    return min(timeit.repeat(lambda: classify(body), number=200, repeat=5)) / 200
+
+
 _MEMORY_SCRIPT = """
 import sys
 from impl import registry
@@ -185,7 +193,15 @@ def run(quick: bool, full: bool = False) -> Section:
             for name in names
         }
         cost = {name: times[name] for name in names if parity[name]}
-        measurements.append({"input": label, "size_bytes": len(body), "cost": cost})
+        measurements.append(
+            {
+                "input": label,
+                "size_bytes": len(body),
+                "features": classify(body),
+                "features_seconds": _features_seconds(body),
+                "cost": cost,
+            }
+        )
         LAST_SECONDS[label] = cost
         for name in names:
             row = _row(label, tokens, kind, how, len(body), name, times, parity[name], reference)
@@ -199,15 +215,14 @@ def run(quick: bool, full: bool = False) -> Section:
         tokens, kind, how, body = bodies[row["input"]]
         fastest = min(row["cost"], key=row["cost"].get)
         median, best, result = _time(auto, body, quick, full)
+        chosen = auto.choose(body)  # by size, and by the body's feature class where that pays
         # Against the very object auto delegates to: the difference is the dispatch alone.
-        direct = (
-            auto.decoder_for(len(body)) if auto.choose(len(body)) == fastest else decoders[fastest]
-        )
+        direct = auto.decoder_for(body) if chosen == fastest else decoders[fastest]
         seconds, beside = _paired(auto, direct, body, quick)
         ratio = seconds / beside
-        size = len(body)
-        dispatch = min(timeit.repeat(lambda s=size: auto.decoder_for(s), number=10000, repeat=5))
-        dispatch /= 10000  # what auto adds to the call it delegates
+        # what auto adds to the call it delegates: `bisect`, and the feature class where it counts
+        dispatch = min(timeit.repeat(lambda b=body: auto.decoder_for(b), number=2000, repeat=5))
+        dispatch /= 2000
         times = {**row["cost"], "auto": median}
         parity = result is not None and same(result, expected[row["input"]])
         auto_row = _row(
@@ -216,10 +231,14 @@ def run(quick: bool, full: bool = False) -> Section:
         rows.append(_add_best(auto_row, {**all_bests[row["input"]], "auto": best}))
         rows[-1]["auto_vs_fastest"] = ratio
         rows[-1]["auto_dispatch_seconds"] = dispatch
+        rows[-1]["auto_pick"] = chosen
+        rows[-1]["features"] = row["features"]
         auto_rows.append(
             [
                 row["input"],
-                auto.choose(len(body)),
+                row["features"],
+                format_seconds(row["features_seconds"]),
+                chosen,
                 fastest,
                 format_seconds(seconds),
                 format_seconds(beside),
@@ -244,6 +263,8 @@ def run(quick: bool, full: bool = False) -> Section:
         + render_table(
             [
                 "input",
+                "class",
+                "class cost",
                 "auto picks",
                 "fastest",
                 "auto (best)",
