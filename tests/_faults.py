@@ -15,8 +15,12 @@ import signal
 import threading
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import psutil
+from _server import start_server
 
 from impl.harness.procs import free_port
 from impl.server.store.redis import embedded
@@ -64,6 +68,31 @@ class OwnStore:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGCONT)  # a stopped engine cannot handle SIGTERM
             self.server.stop(keep=True)
+
+
+@dataclass
+class OnOwnStore:
+    """What `server_on_own_store` yields: the engine to fault, the server, and (once the block
+    ended) the server's log."""
+
+    engine: OwnStore
+    server: Any
+    log: str = ""
+
+
+@contextlib.contextmanager
+def server_on_own_store(upstream_url: str, directory: str, *flags: str) -> Iterator[OnOwnStore]:
+    """`hotpath serve --store` on an `OwnStore` in `directory`, for the block to kill or pause;
+    after it the engine is stopped and the server's log must hold nothing of NEVER_LOGGED."""
+    engine = OwnStore(directory)
+    try:
+        with start_server(upstream_url, "--store", engine.url, *flags) as server:
+            own = OnOwnStore(engine, server)
+            yield own
+            own.log = server.stderr()
+    finally:
+        engine.stop()
+    assert not never_logged(own.log), never_logged(own.log)
 
 
 def statuses(url: str) -> Counter[int]:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
+from _params import family_params, skipped_unless_available
 
-from impl import registry
 from impl.decode import TOPK_PAD_LOGPROB, TOPK_PAD_TOKEN, Completion
 from impl.encode import JSON_IMPLEMENTATIONS, json_unavailable_reason, samples
 
@@ -21,32 +20,14 @@ CASES = list(CORPUS)
 
 def encoder_params() -> list:
     """Every registered encoder, reference first; unavailable ones skipped with their hint."""
-    return [
-        pytest.param(
-            name,
-            id=name,
-            marks=pytest.mark.skipif(
-                registry.unavailable_reason("encode", name) is not None,
-                reason=str(registry.unavailable_reason("encode", name)),
-            ),
-        )
-        for name in registry.names("encode")
-    ]
+    return family_params("encode")
 
 
 def json_params() -> list:
     """Every registered proto->JSON derivation; unavailable ones skipped with their hint."""
-    return [
-        pytest.param(
-            row.name,
-            id=row.name,
-            marks=pytest.mark.skipif(
-                json_unavailable_reason(row.name) is not None,
-                reason=str(json_unavailable_reason(row.name)),
-            ),
-        )
-        for row in JSON_IMPLEMENTATIONS
-    ]
+    return skipped_unless_available(
+        [row.name for row in JSON_IMPLEMENTATIONS], json_unavailable_reason
+    )
 
 
 def as_float32(value: object) -> object:

@@ -11,34 +11,28 @@ from impl.ci import perfjson
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _pytest(*args: str) -> str:
+    """The stdout of `python -m pytest ARGS` run in the repository (asserting it passed)."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return done.stdout
+
+
 def test_perf_is_not_collected_by_make_test():
     """pyproject's testpaths collect tests/ only: no perf/ benchmark runs under `make test`."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "tests/test_perf_suite.py" in done.stdout
-    assert "perf/" not in done.stdout
+    collected = _pytest("--collect-only")
+    assert "tests/test_perf_suite.py" in collected
+    assert "perf/" not in collected
 
 
 def test_one_group_runs_and_its_json_reads_as_rows(tmp_path):
     """One perf group runs (implementations side by side) and `perfjson.rows` labels each row."""
     out = tmp_path / "perf.json"
-    command = [sys.executable, "-m", "pytest", "perf/test_perf_accesslog.py", "-q"]
-    command += ["-p", "no:cacheprovider", "--benchmark-max-time=0.05", f"--benchmark-json={out}"]
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    ran = _pytest(
+        "perf/test_perf_accesslog.py", "--benchmark-max-time=0.05", f"--benchmark-json={out}"
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "benchmark 'accesslog one access record'" in done.stdout
+    assert "benchmark 'accesslog one access record'" in ran
     rows = perfjson.rows(out)
     names = {row["implementation"] for row in rows}
     assert {"plain", "null"} <= names

@@ -107,10 +107,7 @@ def run_once(
         progress_bar=False,
         before_go=before_go,
     )
-    summary = report.summarize(run)
-    problems = report.verdict(summary)
-    if problems:
-        raise RuntimeError(f"{side} round {round_ + 1}: " + "; ".join(problems))
+    summary = report.checked_summary(run, f"{side} round {round_ + 1}")
     return Run(side, round_, summary["results_per_second"], summary["latency_p50"], before, summary)
 
 

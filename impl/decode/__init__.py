@@ -90,6 +90,12 @@ def releases_gil(decoder: object) -> bool:
 
 REFERENCE = "json"
 
+#: what a compiled decoder needs when its extension did not build or import
+_EXTENSION_HINT = (
+    "a C++ compiler (Debian/Ubuntu: apt-get install g++), then reinstall hotpath "
+    "(make install, or pip install -e .)"
+)
+
 IMPLEMENTATIONS: tuple[Entry, ...] = (
     Entry("json", "impl.decode.json", "stdlib json + numpy; the reference, written for clarity"),
     Entry("orjson", "impl.decode.orjson", "orjson.loads + numpy", ("orjson",), "fast"),
@@ -118,16 +124,14 @@ IMPLEMENTATIONS: tuple[Entry, ...] = (
         "impl.decode.simdjson_nogil",
         "C++ over simdjson's stage 1 (built in), parses without the GIL; numpy buffers filled",
         ("impl.decode.simdjson_nogil",),  # imports the extension and checks its build
-        hint="a C++ compiler (Debian/Ubuntu: apt-get install g++), then reinstall hotpath "
-        "(make install, or pip install -e .)",
+        hint=_EXTENSION_HINT,
     ),
     Entry(
         "onepass_nogil",
         "impl.decode.onepass_nogil",
         "C++ in one pass over the bytes (no index), parses without the GIL; numpy buffers filled",
         ("impl.decode.onepass_nogil",),  # imports the extension and checks its build
-        hint="a C++ compiler (Debian/Ubuntu: apt-get install g++), then reinstall hotpath "
-        "(make install, or pip install -e .)",
+        hint=_EXTENSION_HINT,
     ),
     Entry(
         "onepass_nogil_avx2",

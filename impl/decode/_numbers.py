@@ -17,12 +17,9 @@ _FLOAT_BYTES = _INT_BYTES + b"+.eE"
 _COMMA, _MINUS, _PLUS, _DOT = ord(","), ord("-"), ord("+"), ord(".")
 
 
-def _integer_parts(c: np.ndarray, commas: np.ndarray):
-    """Element bounds, signs and digit starts; None unless each element starts `-?digit`."""
-    starts = np.concatenate(([0], commas + 1))
-    ends = np.concatenate((commas, [len(c)]))
-    if np.any(starts >= ends):
-        return None  # an empty element: `[1,,2]`, `[1,]`
+def _signed_digits(c: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """Signs and digit starts of nonempty spans; None unless each span is `-?` then a digit,
+    with no leading zero, and ends in a digit."""
     neg = c[starts] == _MINUS
     digits = starts + neg
     if np.any(digits >= ends) or not _DIGIT[c[digits]].all() or not _DIGIT[c[ends - 1]].all():
@@ -30,7 +27,19 @@ def _integer_parts(c: np.ndarray, commas: np.ndarray):
     zero = (c[digits] == ord("0")) & (digits + 1 < ends)
     if zero.any() and _DIGIT[c[digits[zero] + 1]].any():
         return None  # a leading zero: `01`
-    return starts, ends, neg, digits
+    return neg, digits
+
+
+def _integer_parts(c: np.ndarray, commas: np.ndarray):
+    """Element bounds, signs and digit starts; None unless each element starts `-?digit`."""
+    starts = np.concatenate(([0], commas + 1))
+    ends = np.concatenate((commas, [len(c)]))
+    if np.any(starts >= ends):
+        return None  # an empty element: `[1,,2]`, `[1,]`
+    signed = _signed_digits(c, starts, ends)
+    if signed is None:
+        return None
+    return starts, ends, *signed
 
 
 def parse_ints(content: bytes) -> np.ndarray | None:
@@ -109,12 +118,7 @@ def spans_are_numbers(
     digits; an exponent after a digit, before a digit or sign; a sign first (minus) or after
     the exponent, before a digit; at most one dot and one exponent per span, the dot first.
     """
-    neg = c[starts] == _MINUS
-    digits = starts + neg
-    if np.any(digits >= ends) or not _DIGIT[c[digits]].all() or not _DIGIT[c[ends - 1]].all():
-        return False
-    zero = (c[digits] == ord("0")) & (digits + 1 < ends)
-    if zero.any() and _DIGIT[c[digits[zero] + 1]].any():
+    if _signed_digits(c, starts, ends) is None:
         return False
     if not len(special):
         return True

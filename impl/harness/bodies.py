@@ -141,24 +141,32 @@ def _vllm_logprobs(choice: GeneratedChoice, strings: np.ndarray, encoded: np.nda
         v + b"," + k + b":" + a
         for v, k, a in zip(values[rows], encoded[alt_ids[rows]], alt_lp, strict=True)
     ]
-    pieces = np.empty((size, 5), dtype=object)
+    return _logprobs_json(np.asarray(offsets, dtype=np.int64), lp, keys, values)
+
+
+def _logprobs_json(
+    offsets: np.ndarray, logprobs: list[bytes], keys: np.ndarray, tops: np.ndarray
+) -> bytes:
+    """The logprobs=1 object from its rendered parts, per token: its text offset, its logprob,
+    its key (a JSON string) and the rest of its top_logprobs entry after `key:` (the value,
+    then `,"other":value` when the top-1 token was another one)."""
+    pieces = np.empty((len(keys), 5), dtype=object)
     pieces[:, 0], pieces[:, 1], pieces[:, 2], pieces[:, 3], pieces[:, 4] = (
         b",{",
         keys,
         b":",
-        values,
+        tops,
         b"}",
     )
-    tops = b"".join(pieces.ravel().tolist())[1:]
     return (
         b'{"text_offset":['
-        + _ints(np.asarray(offsets, dtype=np.int64))
+        + _ints(offsets)
         + b'],"token_logprobs":['
-        + b",".join(lp)
+        + b",".join(logprobs)
         + b'],"tokens":['
         + b",".join(keys.tolist())
         + b'],"top_logprobs":['
-        + tops
+        + b"".join(pieces.ravel().tolist())[1:]
         + b"]}"
     )
 

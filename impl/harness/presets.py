@@ -82,6 +82,20 @@ class Scenario:
         return args
 
 
+#: the queue-* runs: a latency engine of 2048 slots generating 5 s each, far more samples
+#: submitted than it generates at once, 8192 upstream connections
+_QUEUE = Scenario(
+    num_requests=32768,
+    max_outstanding=8192,
+    router_mode="latency",
+    gen_seconds=5.0,
+    max_num_seqs=2048,
+    timeout=900.0,
+    load_nice=10,
+    server_args=("--upstream-connections", "8192"),
+)
+_QUEUE_131072 = replace(_QUEUE, num_requests=131072, client_processes=4, timeout=3600.0)
+
 #: name -> (scenario, one line saying what it reproduces)
 PRESETS: dict[str, tuple[Scenario, str]] = {
     "small-2048": (
@@ -152,45 +166,15 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
         "on 16 vCPU, scaled to 2 cores), SDK-like re-polls, retrieved TTL 60 s, 2048 outstanding",
     ),
     "queue-32768": (
-        Scenario(
-            num_requests=32768,
-            max_outstanding=8192,
-            router_mode="latency",
-            gen_seconds=5.0,
-            max_num_seqs=2048,
-            timeout=900.0,
-            load_nice=10,
-            server_args=("--upstream-connections", "8192"),
-        ),
+        _QUEUE,
         "32768 small results, 5 s generation, 2048 generating at once, the rest queued",
     ),
     "queue-131072": (
-        Scenario(
-            num_requests=131072,
-            max_outstanding=8192,
-            router_mode="latency",
-            gen_seconds=5.0,
-            max_num_seqs=2048,
-            client_processes=4,
-            timeout=3600.0,
-            load_nice=10,
-            server_args=("--upstream-connections", "8192"),
-        ),
+        _QUEUE_131072,
         "131072 small results, 5 s generation, 45 s re-polls; outstanding capped for 20k fds",
     ),
     "queue-131072-all": (
-        Scenario(
-            num_requests=131072,
-            max_outstanding=131072,
-            router_mode="latency",
-            gen_seconds=5.0,
-            max_num_seqs=2048,
-            client_processes=4,
-            timeout=3600.0,
-            poll="session",
-            load_nice=10,
-            server_args=("--upstream-connections", "8192"),
-        ),
+        replace(_QUEUE_131072, max_outstanding=131072, poll="session"),
         "queue-131072 with every sample outstanding at once: session polling, the server "
         "queues forwards behind its 8192 upstream connections",
     ),

@@ -229,25 +229,7 @@ def _json_logprobs(choice: TextChoice) -> bytes:
             entries[i] = top
         else:
             entries[i] = entries[i] + b"," + _json_string(keys[i]) + b":" + top
-    pieces = np.empty((size, 5), dtype=object)
-    pieces[:, 0], pieces[:, 1], pieces[:, 2], pieces[:, 3], pieces[:, 4] = (
-        b",{",
-        names,
-        b":",
-        entries,
-        b"}",
-    )
-    return (
-        b'{"text_offset":['
-        + bodies._ints(_offsets(strings))
-        + b'],"token_logprobs":['
-        + b",".join(values.tolist())
-        + b'],"tokens":['
-        + b",".join(names.tolist())
-        + b'],"top_logprobs":['
-        + b"".join(pieces.ravel().tolist())[1:]
-        + b"]}"
-    )
+    return bodies._logprobs_json(_offsets(strings), values.tolist(), names, entries)
 
 
 def _prompt_logprobs(prompt: Sequence[int], k: int) -> list[dict[int, Any] | None]:

@@ -281,6 +281,16 @@ def verdict(summary: dict[str, Any]) -> list[str]:
     return problems
 
 
+def checked_summary(run: dict[str, Any], what: str) -> dict[str, Any]:
+    """`summarize(run)`, or a RuntimeError starting with `what` listing the `verdict`'s problems
+    (for callers whose figures mean nothing once a sample was lost or failed)."""
+    summary = summarize(run)
+    problems = verdict(summary)
+    if problems:
+        raise RuntimeError(f"{what}: " + "; ".join(problems))
+    return summary
+
+
 def report_json(
     runs: list[dict[str, Any]], *, environment: dict[str, Any] | None = None
 ) -> dict[str, Any]:

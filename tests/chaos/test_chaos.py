@@ -32,8 +32,17 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _faults import OwnStore, RssWatch, bad_statuses, never_logged, statuses, tree_rss
+from _faults import (
+    OwnStore,
+    RssWatch,
+    bad_statuses,
+    never_logged,
+    server_on_own_store,
+    statuses,
+    tree_rss,
+)
 from _server import start_server
+from _wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
@@ -105,16 +114,6 @@ def _serve_processes(pid: int) -> set[int]:
     return {p.pid for p in [root, *root.children(recursive=True)] if "serve" in p.cmdline()}
 
 
-def _until(check, deadline: float = 60.0):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {deadline} s")
-
-
 def _status(url: str) -> int:
     try:
         status, _ = procs.get_json(url, timeout=5.0)
@@ -125,7 +124,7 @@ def _status(url: str) -> int:
 
 def _time_to(url: str, status: int, since: float) -> float:
     """Seconds from `since` until GET `url` answers `status`."""
-    _until(lambda: _status(url) == status)
+    until(lambda: _status(url) == status, deadline=60.0)
     return round(time.monotonic() - since, 3)
 
 
@@ -154,57 +153,57 @@ def _clean(log: str) -> None:
     assert not never_logged(log), never_logged(log)
 
 
+def _under_load(server, router, share: float = 0.2) -> tuple[RssWatch, Load]:
+    """The server's RSS watched and the harness's load started, `share` of it served already."""
+    rss = RssWatch(server.pid)
+    rss.start()
+    run = Load(server.url, router.url)
+    run.start()
+    run.wait_in_flight(share)
+    return rss, run
+
+
+def _store_outage(router, tmp_path, fault) -> tuple[float, float, dict, str]:
+    """`fault(engine, readyz_url)` under load on the store of a 2-worker server; it returns the
+    seconds to /readyz 503 and ends the outage. Then: those seconds, the seconds to /readyz 200
+    once the outage ended, the run's figures (`_check`ed) and the server's log."""
+    with server_on_own_store(router.url, str(tmp_path), "--workers", "2") as own:
+        server = own.server
+        before = _serve_processes(server.pid)
+        rss, run = _under_load(server, router)
+        to_503 = fault(own.engine, server.url + "/readyz")
+        to_200 = _time_to(server.url + "/readyz", 200, time.monotonic())
+        figures = _check(run.finish(), server, rss, before)
+    return to_503, to_200, figures, own.log
+
+
 def test_the_store_is_killed_and_started_again(router, tmp_path):
-    engine = OwnStore(str(tmp_path))
-    try:
-        with start_server(router.url, "--workers", "2", "--store", engine.url) as server:
-            before = _serve_processes(server.pid)
-            rss = RssWatch(server.pid)
-            rss.start()
-            run = Load(server.url, router.url)
-            run.start()
-            run.wait_in_flight()
-            killed = time.monotonic()
-            engine.kill()
-            to_503 = _time_to(server.url + "/readyz", 503, killed)
-            time.sleep(2.0)
-            engine.start()
-            back = time.monotonic()
-            to_200 = _time_to(server.url + "/readyz", 200, back)
-            figures = _check(run.finish(), server, rss, before)
-            log = server.stderr()
-    finally:
-        engine.stop()
-    _clean(log)
+    def kill_and_start(engine: OwnStore, readyz: str) -> float:
+        killed = time.monotonic()
+        engine.kill()
+        to_503 = _time_to(readyz, 503, killed)
+        time.sleep(2.0)
+        engine.start()
+        return to_503
+
+    to_503, to_200, figures, log = _store_outage(router, tmp_path, kill_and_start)
     # logged per outage, not per request: at most one line each way per process
     assert 1 <= log.count("is unavailable") <= 2 and log.count("is back after") <= 2, log[-3000:]
     _record("store_kill", readyz_503_after_s=to_503, readyz_200_after_restart_s=to_200, **figures)
 
 
 def test_the_store_is_stalled_and_continued(router, tmp_path):
-    engine = OwnStore(str(tmp_path))
-    try:
-        with start_server(router.url, "--workers", "2", "--store", engine.url) as server:
-            before = _serve_processes(server.pid)
-            rss = RssWatch(server.pid)
-            rss.start()
-            run = Load(server.url, router.url)
-            run.start()
-            run.wait_in_flight()
-            stopped = time.monotonic()
-            engine.pause()
-            try:
-                to_503 = _time_to(server.url + "/readyz", 503, stopped)
-                time.sleep(max(0.0, 3.0 - (time.monotonic() - stopped)))
-            finally:
-                engine.resume()
-            back = time.monotonic()
-            to_200 = _time_to(server.url + "/readyz", 200, back)
-            figures = _check(run.finish(), server, rss, before)
-            log = server.stderr()
-    finally:
-        engine.stop()
-    _clean(log)
+    def stop_and_continue(engine: OwnStore, readyz: str) -> float:
+        stopped = time.monotonic()
+        engine.pause()
+        try:
+            to_503 = _time_to(readyz, 503, stopped)
+            time.sleep(max(0.0, 3.0 - (time.monotonic() - stopped)))
+        finally:
+            engine.resume()
+        return to_503
+
+    to_503, to_200, figures, log = _store_outage(router, tmp_path, stop_and_continue)
     assert "no answer within 1 s" in log
     _record("store_stall", readyz_503_after_s=to_503, readyz_200_after_cont_s=to_200, **figures)
 
@@ -213,11 +212,7 @@ def test_the_embedded_store_is_killed(router):
     with start_server(router.url, "--workers", "2") as server:
         before = _serve_processes(server.pid)
         (store,) = [p for p in psutil.Process(server.pid).children() if "redis" in p.name()]
-        rss = RssWatch(server.pid)
-        rss.start()
-        run = Load(server.url, router.url)
-        run.start()
-        run.wait_in_flight()
+        rss, run = _under_load(server, router)
         killed = time.monotonic()
         store.kill()
 
@@ -225,7 +220,7 @@ def test_the_embedded_store_is_killed(router):
             keeper = server.get("/healthz")["store_backend"].get("embedded") or {}
             return keeper if keeper.get("restarts") == 1 and keeper["state"] == "running" else None
 
-        keeper = _until(kept)
+        keeper = until(kept, deadline=60.0)
         back = round(time.monotonic() - killed, 3)  # restarted (a ping may not have seen it go)
         figures = _check(run.finish(), server, rss, before)
         assert keeper["last_exit"] == "killed by SIGKILL" and keeper["pid"] != store.pid
@@ -239,18 +234,16 @@ def test_a_server_process_is_killed(router):
     """kill -9 of a worker with forwards in flight (the harness's --kill-one-at: one with
     forwards if a probe finds one, else any worker)."""
     with start_server(router.url, "--workers", "2", "--store-lease", "2") as server:
-        rss = RssWatch(server.pid)
-        rss.start()
-        run = Load(server.url, router.url)
-        run.start()
-        run.wait_in_flight(0.05)  # early: most of the load still to come
+        rss, run = _under_load(server, router, 0.05)  # early: most of the load still to come
         killer = faults.KillOne(server.url, server.pid, 0.0)
         killer.start()
         killer.join(120)
         victim = killer.outcome["killed_pid"]
         assert victim, killer.outcome
         result = run.finish()
-        after = _until(lambda: len(found := _serve_processes(server.pid)) == 3 and found)
+        after = until(
+            lambda: len(found := _serve_processes(server.pid)) == 3 and found, deadline=60.0
+        )
         assert victim not in after  # supervisor and 2 workers, one of them new
         figures = _check(result, server, rss, after)
         store = server.get("/healthz")["store"]

@@ -12,14 +12,19 @@ process behind. No timing assertions: how free the loop stays is measured by `ho
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
+from typing import Any
 
 import _fake_vllm as fake
 import orjson
 import pytest
-from _server import Api, start_server, start_upstream
-from test_processes import _decoders, _gone, _process_pids, _wait_for
+from _params import family_params
+from _server import Api, start_upstream
+from _wait import until
+from test_processes import _gone, _offloop_server, _process_pids
 
 from impl import registry
 from impl.pool import PREFERENCE
@@ -72,7 +77,7 @@ def _runner(design: offloop.Inline, url: str) -> ForwardRunner:
     return ForwardRunner(pool=pool, decoding=design, store=None, url=url, budget=budget)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", _decoders())
+@pytest.mark.parametrize("name", family_params("decode"))
 def test_fetch_processes_give_what_the_loop_gives(upstream, name):
     """Same bytes for good bodies, same message for every bad upstream and a dead router."""
     decoder = registry.create("decode", name)
@@ -146,12 +151,8 @@ def test_small_expected_bodies_stay_on_the_loop(upstream):
     asyncio.run(run())
 
 
-def _fetch_server(upstream_url: str, *extra: str):
-    return start_server(
-        upstream_url,
-        "--poll-hold", "1", "--offloop", "fetch", "--offloop-count", "2",
-        "--offloop-min-bytes", "0", "--decode", "json", *extra,
-    )  # fmt: skip
+def _fetch_server(upstream_url: str):
+    return _offloop_server(upstream_url, design="fetch", count=2)
 
 
 def test_healthz_and_metrics_show_the_fetch_design(upstream):
@@ -187,7 +188,7 @@ def test_a_killed_fetch_process_fails_only_its_samples_and_is_replaced(upstream)
             # held 1 s upstream, so each new sample goes to the process with fewer in flight
             seeds = [fake.DELAY_BASE + 1000 + i for i in range(6)]
             ids = [api.asample(ssid, i, seed=s).json()["request_id"] for i, s in enumerate(seeds)]
-            _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 6, "six samples handed over")
+            until(lambda: api.healthz()["offloop"]["offloop"] == 6, "six samples handed over")
             held = api.healthz()["offloop"]["in_flight"][str(victim)]
             assert held == 3
         finally:
@@ -201,9 +202,7 @@ def test_a_killed_fetch_process_fails_only_its_samples_and_is_replaced(upstream)
             assert failure["category"] == "server"
             assert f"fetch process (pid {victim}) died" in failure["error"]
             assert "SIGKILL" in failure["error"] and "replaced" in failure["error"]
-        pids = _wait_for(
-            lambda: len(_process_pids(api)) == 2 and _process_pids(api), "a new process"
-        )
+        pids = until(lambda: len(_process_pids(api)) == 2 and _process_pids(api), "a new process")
         assert survivor in pids and victim not in pids and _gone(victim)
         assert api.healthz()["offloop"]["replaced"] == 1
         again = api.result(api.asample(ssid, 9, seed=59).json()["request_id"])
@@ -224,40 +223,42 @@ def test_a_dead_router_fails_the_sample_as_inline_does():
         api.close()
 
 
-def test_shutdown_with_fetches_in_flight_leaves_no_process(upstream):
+@contextlib.contextmanager
+def _fetches_in_flight(upstream, count: int) -> Iterator[tuple[Any, list[int]]]:
+    """A fetch-design server with `count` samples held 5 s upstream, in flight in its fetch
+    processes; yields the server and those processes' pids (the server is stopped after)."""
     server = _fetch_server(upstream.url)
     try:
         api = Api(server.url)
         ssid = api.sampling_session()
         pids = _process_pids(api)
-        for i in range(4):  # each held 5 s upstream: in flight in a process when the server stops
+        for i in range(count):
             api.asample(ssid, i, seed=fake.DELAY_BASE + 5000 + i)
-        _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 4, "four samples handed over")
+        until(lambda: api.healthz()["offloop"]["offloop"] == count, f"{count} handed over")
         api.close()
+        yield server, pids
+    finally:
+        server.stop()
+
+
+def _exit(pids: list[int]) -> None:
+    for pid in pids:
+        until(lambda pid=pid: _gone(pid), f"fetch process {pid} to exit", 10)
+
+
+def test_shutdown_with_fetches_in_flight_leaves_no_process(upstream):
+    with _fetches_in_flight(upstream, 4) as (server, pids):  # in flight when the server stops
         os.kill(server.pid, signal.SIGTERM)
         assert server.process.wait(60) in (0, -signal.SIGTERM)  # 60 s: a hang guard only
         assert "Traceback" not in server.stderr(), server.stderr()
-        for pid in pids:
-            _wait_for(lambda pid=pid: _gone(pid), f"fetch process {pid} to exit", 10)
-    finally:
-        server.stop()
+        _exit(pids)
 
 
 def test_a_killed_server_leaves_no_fetch_process(upstream):
-    server = _fetch_server(upstream.url)
-    try:
-        api = Api(server.url)
-        ssid = api.sampling_session()
-        pids = _process_pids(api)
-        api.asample(ssid, 1, seed=fake.DELAY_BASE + 5000)
-        _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 1, "a sample handed over")
-        api.close()
+    with _fetches_in_flight(upstream, 1) as (server, pids):
         os.kill(server.pid, signal.SIGKILL)
         server.process.wait(10)
-        for pid in pids:  # each reads EOF on its socket and exits
-            _wait_for(lambda pid=pid: _gone(pid), f"fetch process {pid} to exit", 10)
-    finally:
-        server.stop()
+        _exit(pids)  # each reads EOF on its socket and exits
 
 
 def test_loadtest_compares_fetch_with_decode_processes(tmp_path, capsys):

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 
 import _fake_vllm as fake
 import decode_corpus
 import psutil
 import pytest
+from _params import family_params
 from _server import Api, start_server, start_upstream
+from _wait import until
 
 from impl import registry
 from impl.decode import Completion, releases_gil
@@ -37,20 +38,6 @@ INVALID = [
     for name, body in decode_corpus._invalid()
     if name in ("html-200", "empty", "truncated-half", "nan-logprob")
 ]
-
-
-def _decoders() -> list:
-    return [
-        pytest.param(
-            name,
-            id=name,
-            marks=pytest.mark.skipif(
-                registry.unavailable_reason("decode", name) is not None,
-                reason=str(registry.unavailable_reason("decode", name)),
-            ),
-        )
-        for name in registry.names("decode")
-    ]
 
 
 def _job(case: decode_corpus.Case, n: int) -> DecodeJob:
@@ -79,7 +66,7 @@ async def _through(design: offloop.Inline, body: bytes, job: DecodeJob) -> bytes
         return str(exc)
 
 
-@pytest.mark.parametrize("name", _decoders())
+@pytest.mark.parametrize("name", family_params("decode"))
 def test_decode_processes_give_the_reference_bytes(name):
     """Valid bodies: the reference's exact bytes; bad bodies: the inline path's own message."""
 
@@ -226,16 +213,6 @@ def _process_pids(api: Api) -> list[int]:
     return api.healthz()["offloop"]["pids"]
 
 
-def _wait_for(predicate, what: str, deadline: float = 30.0):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -243,10 +220,11 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _offloop_server(upstream_url: str, *extra: str):
+def _offloop_server(upstream_url: str, *extra: str, design: str = "processes", count: int = 1):
+    """`hotpath serve` whose off-loop `design` (`count` processes) takes every body."""
     return start_server(
         upstream_url,
-        "--poll-hold", "1", "--offloop", "processes", "--offloop-count", "1",
+        "--poll-hold", "1", "--offloop", design, "--offloop-count", str(count),
         "--offloop-min-bytes", "0", "--decode", "json", *extra,
     )  # fmt: skip
 
@@ -260,9 +238,9 @@ def test_a_killed_decode_process_fails_only_its_sample_and_is_replaced():
         os.kill(pid, signal.SIGSTOP)  # the process will hold the next sample until killed
         try:
             held = api.asample(ssid, 1, seed=11).json()["request_id"]
-            _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 1, "the held sample")
+            until(lambda: api.healthz()["offloop"]["offloop"] == 1, "the held sample")
             queued = api.asample(ssid, 2, seed=12).json()["request_id"]
-            _wait_for(lambda: len(upstream.get("/sent")) == 2, "the second forward")
+            until(lambda: len(upstream.get("/sent")) == 2, "the second forward")
         finally:
             os.kill(pid, signal.SIGKILL)
         failed = api.result(held).json()
@@ -271,7 +249,7 @@ def test_a_killed_decode_process_fails_only_its_sample_and_is_replaced():
         assert "SIGKILL" in failed["error"] and "replaced" in failed["error"]
         result = api.result(queued)  # waited for a process: served by the replacement
         assert result.headers["content-type"] == "application/x-protobuf", result.text
-        (new_pid,) = _wait_for(lambda: _process_pids(api), "the replacement process")
+        (new_pid,) = until(lambda: _process_pids(api), "the replacement process")
         assert new_pid != pid and _gone(pid)
         assert api.healthz()["offloop"]["replaced"] == 1
         again = api.asample(ssid, 3, seed=13).json()["request_id"]
@@ -288,7 +266,7 @@ def test_the_body_budget_holds_bodies_not_requests(design: str) -> None:
     with (
         start_upstream() as upstream,
         _offloop_server(
-            upstream.url, "--max-body-bytes-in-flight", "1024", "--offloop", design
+            upstream.url, "--max-body-bytes-in-flight", "1024", design=design
         ) as server,
     ):
         api = Api(server.url)
@@ -310,7 +288,7 @@ def test_the_body_budget_holds_bodies_not_requests(design: str) -> None:
 
 def test_shutdown_with_work_in_flight_leaves_no_process_and_does_not_hang():
     with start_upstream() as upstream:
-        server = _offloop_server(upstream.url, "--offloop-count", "2")
+        server = _offloop_server(upstream.url, count=2)
         try:
             api = Api(server.url)
             ssid = api.sampling_session()
@@ -320,7 +298,7 @@ def test_shutdown_with_work_in_flight_leaves_no_process_and_does_not_hang():
                 os.kill(pid, signal.SIGSTOP)  # both hold a sample when the server stops
             for i in range(3):
                 api.asample(ssid, i, seed=30 + i)
-            _wait_for(lambda: api.healthz()["offloop"]["offloop"] == 3, "three samples handed over")
+            until(lambda: api.healthz()["offloop"]["offloop"] == 3, "three samples handed over")
             assert api.healthz()["offloop"]["idle"] == 0  # two held, one waiting for a process
             api.close()
             os.kill(server.pid, signal.SIGTERM)
@@ -334,7 +312,7 @@ def test_shutdown_with_work_in_flight_leaves_no_process_and_does_not_hang():
             server.stop()
 
 
-@pytest.mark.parametrize("name", _decoders())
+@pytest.mark.parametrize("name", family_params("decode"))
 def test_threads_give_the_reference_bytes_for_every_gil_free_decoder(name):
     decoder = registry.create("decode", name)
     if not releases_gil(decoder):

@@ -9,13 +9,15 @@ counts as away, and everything works again when the engine is back, with no rest
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
 
 import pytest
-from _faults import OwnStore, bad_statuses, never_logged, statuses
+from _faults import OwnStore, bad_statuses, never_logged, server_on_own_store, statuses
 from _server import Api, start_server
+from _wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
@@ -25,17 +27,6 @@ from impl.server.store.redis.pipeline import AutoPipeline, settled
 from impl.server.store.redis.store import RedisStore
 
 pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
-
-
-def _until(check, deadline: float = 30.0):
-    """Call `check()` until it returns something true (the value), or fail at the deadline."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {deadline} s: {check}")
 
 
 def _store_calls(api: Api, session_id: str, ssid: str, request_id: str):
@@ -73,47 +64,40 @@ def test_every_store_route_answers_503_json_while_the_store_is_killed(upstream, 
     /readyz 503 and /livez 200 meanwhile; when it is started again (same data), every route
     answers as before (four heartbeats in a row: 200, not one stale connection's error) and
     the sample accepted before is served. Logged once each way; no traceback."""
-    engine = OwnStore(str(tmp_path))
-    try:
-        with start_server(upstream.url, "--store", engine.url, "--retry-after", "2") as server:
-            api = Api(server.url)
-            try:
-                ssid = api.sampling_session()
-                session_id = api.post("/api/v1/create_session", {"tags": []}).json()["session_id"]
-                request_id = api.asample(ssid, 0, seed=7).json()["request_id"]
-                assert api.result(request_id).status_code == 200
-                engine.kill()
-                why = _until(lambda: api.http.get("/readyz").status_code == 503 and api.healthz())
-                assert why["ready"] is False and "unavailable" in why["why_not_ready"][0]
-                assert api.http.get("/livez").status_code == 200
-                for name, response in _store_calls(api, session_id, ssid, request_id):
-                    assert response.status_code == 503, (name, response.text)
-                    assert response.headers["content-type"] == "application/json", name
-                    assert response.headers["retry-after"] == "2", name
-                    assert "shared store" in response.json()["detail"], name
-                    assert response.json()["detail"].endswith("retry later"), name
-                engine.start()
-                _until(lambda: api.http.get("/readyz").status_code == 200)
-                beats = [
-                    api.post("/api/v1/session_heartbeat", {"session_id": session_id}).status_code
-                    for _ in range(4)
-                ]
-                assert beats == [200] * 4
-                assert api.result(request_id).status_code == 200  # kept on disk
-                for name, response in _store_calls(api, session_id, ssid, request_id):
-                    assert response.status_code == 200, (name, response.text)
-                backend = api.healthz()["store_backend"]
-                assert backend["available"] and backend["outages"] == 1, backend
-                calls = backend["unavailable_calls"]
-                assert calls["create"] >= 1 and calls["heartbeat"] >= 1, calls
-                counts = statuses(server.url)
-                assert counts[503] >= 8 and not bad_statuses(counts), counts
-            finally:
-                api.close()
-            log = server.stderr()
-    finally:
-        engine.stop()
-    assert not never_logged(log), never_logged(log)
+    with server_on_own_store(upstream.url, str(tmp_path), "--retry-after", "2") as own:
+        engine = own.engine
+        with contextlib.closing(Api(own.server.url)) as api:
+            ssid = api.sampling_session()
+            session_id = api.post("/api/v1/create_session", {"tags": []}).json()["session_id"]
+            request_id = api.asample(ssid, 0, seed=7).json()["request_id"]
+            assert api.result(request_id).status_code == 200
+            engine.kill()
+            why = until(lambda: api.http.get("/readyz").status_code == 503 and api.healthz())
+            assert why["ready"] is False and "unavailable" in why["why_not_ready"][0]
+            assert api.http.get("/livez").status_code == 200
+            for name, response in _store_calls(api, session_id, ssid, request_id):
+                assert response.status_code == 503, (name, response.text)
+                assert response.headers["content-type"] == "application/json", name
+                assert response.headers["retry-after"] == "2", name
+                assert "shared store" in response.json()["detail"], name
+                assert response.json()["detail"].endswith("retry later"), name
+            engine.start()
+            until(lambda: api.http.get("/readyz").status_code == 200)
+            beats = [
+                api.post("/api/v1/session_heartbeat", {"session_id": session_id}).status_code
+                for _ in range(4)
+            ]
+            assert beats == [200] * 4
+            assert api.result(request_id).status_code == 200  # kept on disk
+            for name, response in _store_calls(api, session_id, ssid, request_id):
+                assert response.status_code == 200, (name, response.text)
+            backend = api.healthz()["store_backend"]
+            assert backend["available"] and backend["outages"] == 1, backend
+            calls = backend["unavailable_calls"]
+            assert calls["create"] >= 1 and calls["heartbeat"] >= 1, calls
+            counts = statuses(own.server.url)
+            assert counts[503] >= 8 and not bad_statuses(counts), counts
+    log = own.log
     assert log.count("is unavailable") == 1 and log.count("is back after") == 1, log
 
 
@@ -121,39 +105,29 @@ def test_a_stalled_store_is_away_and_comes_back(upstream, tmp_path):
     """SIGSTOP of the engine: no answer within --store-timeout (1 s) counts as away: /readyz
     503 and calls answer 503 at once (not after the engine's socket timeout); a poll already
     waiting on the engine is answered 503 too. SIGCONT: ready again, no restart."""
-    engine = OwnStore(str(tmp_path))
-    try:
-        with start_server(upstream.url, "--store", engine.url) as server:
-            api = Api(server.url)
-            try:
-                ssid = api.sampling_session()
-                session_id = api.post("/api/v1/create_session", {"tags": []}).json()["session_id"]
-                engine.pause()
-                health = _until(
-                    lambda: api.http.get("/readyz").status_code == 503 and api.healthz()
-                )
-                assert "not answered" in health["why_not_ready"][0] or "stalled" in str(health)
-                # calls fail at once once the ping timed out (the health thread says away)
-                _until(lambda: api.healthz()["store_backend"]["away_s"] is not None)
-                began = time.monotonic()
-                refused = api.post("/api/v1/session_heartbeat", {"session_id": session_id})
-                assert refused.status_code == 503 and "no answer within 1 s" in refused.text
-                answered_in = time.monotonic() - began
-                engine.resume()
-                _until(lambda: api.http.get("/readyz").status_code == 200)
-                assert (
-                    api.post("/api/v1/session_heartbeat", {"session_id": session_id}).status_code
-                    == 200
-                )
-                request_id = api.asample(ssid, 0, seed=8).json()["request_id"]
-                assert api.result(request_id).status_code == 200
-                assert not bad_statuses(statuses(server.url))
-            finally:
-                api.close()
-            log = server.stderr()
-    finally:
-        engine.stop()
-    assert not never_logged(log), never_logged(log)
+    with server_on_own_store(upstream.url, str(tmp_path)) as own:
+        engine = own.engine
+        with contextlib.closing(Api(own.server.url)) as api:
+            ssid = api.sampling_session()
+            session_id = api.post("/api/v1/create_session", {"tags": []}).json()["session_id"]
+            engine.pause()
+            health = until(lambda: api.http.get("/readyz").status_code == 503 and api.healthz())
+            assert "not answered" in health["why_not_ready"][0] or "stalled" in str(health)
+            # calls fail at once once the ping timed out (the health thread says away)
+            until(lambda: api.healthz()["store_backend"]["away_s"] is not None)
+            began = time.monotonic()
+            refused = api.post("/api/v1/session_heartbeat", {"session_id": session_id})
+            assert refused.status_code == 503 and "no answer within 1 s" in refused.text
+            answered_in = time.monotonic() - began
+            engine.resume()
+            until(lambda: api.http.get("/readyz").status_code == 200)
+            assert (
+                api.post("/api/v1/session_heartbeat", {"session_id": session_id}).status_code == 200
+            )
+            request_id = api.asample(ssid, 0, seed=8).json()["request_id"]
+            assert api.result(request_id).status_code == 200
+            assert not bad_statuses(statuses(own.server.url))
+    log = own.log
     assert "no answer within 1 s" in log
     print(f"a call while the store was stalled answered 503 in {answered_in * 1e3:.1f} ms")
 
@@ -254,7 +228,7 @@ def test_the_embedded_keeper_state_is_on_the_probes(upstream):
             keeper = api.healthz()["store_backend"]["embedded"]
             assert keeper["state"] == "running" and keeper["restarts"] == 0, keeper
             os.kill(keeper["pid"], signal.SIGKILL)
-            keeper = _until(
+            keeper = until(
                 lambda: (
                     (k := api.healthz()["store_backend"]["embedded"])["restarts"] == 1
                     and k["state"] == "running"
@@ -262,7 +236,7 @@ def test_the_embedded_keeper_state_is_on_the_probes(upstream):
                 )
             )
             assert keeper["last_exit"] == "killed by SIGKILL", keeper
-            _until(lambda: api.http.get("/readyz").status_code == 200)
+            until(lambda: api.http.get("/readyz").status_code == 200)
             again = api.result(request_id)
             assert again.status_code == 200, again.text  # from its append-only file
         finally:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from _wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
@@ -20,15 +20,6 @@ from impl.server.store.redis import embedded
 from impl.server.store.redis.keeper import Keeper, status_of
 
 pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
-
-
-def _until(check, deadline: float = 30.0):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if value := check():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {deadline} s")
 
 
 def _gone(pid: int) -> bool:
@@ -51,8 +42,8 @@ def test_a_killed_store_is_reaped_and_started_again_with_its_data():
             "state": "running", "pid": first, "restarts": 0, "last_exit": None, "error": None,
         }  # fmt: skip
         os.kill(first, signal.SIGKILL)
-        _until(lambda: keeper.restarts == 1 and keeper.state == "running")
-        assert _until(lambda: _gone(first))  # reaped at once: not left <defunct>
+        until(lambda: keeper.restarts == 1 and keeper.state == "running")
+        assert until(lambda: _gone(first))  # reaped at once: not left <defunct>
         assert keeper.pid != first and keeper.last_exit == "killed by SIGKILL"
         assert client.get("kept") == b"before the kill"  # same socket, its append-only file
         assert status_of(keeper.url)["restarts"] == 1
@@ -76,10 +67,10 @@ def test_a_store_that_cannot_start_again_is_reported_and_retried():
         good = manifest.read_bytes()
         manifest.write_bytes(b"not a manifest\n")
         os.kill(keeper.pid, signal.SIGKILL)
-        status = _until(lambda: (s := status_of(keeper.url))["error"] and s)
+        status = until(lambda: (s := status_of(keeper.url))["error"] and s)
         assert status["state"] == "restarting" and "did not start" in status["error"], status
         manifest.write_bytes(good)
-        _until(lambda: keeper.state == "running")
+        until(lambda: keeper.state == "running")
         client = redis.Redis.from_url(keeper.url)
         assert client.get("kept") == b"yes"
         client.close()

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from _store_options import store_options
 
 from impl import registry
 from impl.encode import proto_to_json, samples
@@ -18,14 +19,7 @@ from impl.server.store.memory import MemoryStore
 
 
 def _store(**overrides) -> MemoryStore:
-    options = {
-        "completed_ttl": 60.0,
-        "retrieved_ttl": 10.0,
-        "max_outstanding": 100,
-        "max_result_bytes": 1 << 30,
-        "to_json": lambda b: b'{"p":' + str(len(b)).encode() + b"}",
-    }
-    options.update(overrides)
+    options = store_options(**overrides)
     return MemoryStore(Retention.take(options), **options)
 
 

@@ -14,6 +14,7 @@ import _engines
 import numpy as np
 import pytest
 from _server import Api, grown, start_server
+from _store_options import store_options
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
@@ -38,15 +39,7 @@ def engine(request):
 
 
 def _store(url: str, prefix: str, **overrides) -> RedisStore:
-    options = {
-        "completed_ttl": 60.0,
-        "retrieved_ttl": 10.0,
-        "max_outstanding": 100,
-        "max_result_bytes": 1 << 30,
-        "to_json": lambda b: b'{"p":' + str(len(b)).encode() + b"}",
-        "prefix": prefix,
-    }
-    options.update(overrides)
+    options = store_options(prefix=prefix, **overrides)
     return RedisStore(url, Retention.take(options), **options)
 
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -105,21 +106,23 @@ class StoreBackground:
 
     async def _lease_loop(self) -> None:
         """Renew this process's leases four times per lease."""
-        while True:
-            await asyncio.sleep(self.lease_ms / 4000)
-            try:
-                await self.renew()
-            except (RedisError, OSError):
-                self.health.count("renew")  # counted, logged with the outage
+        await self._every(self.lease_ms / 4000, self.renew, "renew")
 
     async def _takeover_loop(self) -> None:
         """Claim and forward again records whose owner's lease lapsed (twice per lease)."""
+        await self._every(self.lease_ms / 2000, self.take_over, "take_over")
+
+    async def _every(
+        self, seconds: float, work: Callable[[], Awaitable[object]], name: str
+    ) -> None:
+        """`work()` every `seconds`; an engine error is counted under `name` (logged with the
+        outage by health.py) and the next round tries again."""
         while True:
-            await asyncio.sleep(self.lease_ms / 2000)
+            await asyncio.sleep(seconds)
             try:
-                await self.take_over()
+                await work()
             except (RedisError, OSError):
-                self.health.count("take_over")
+                self.health.count(name)
 
     async def renew(self) -> None:
         if self.owned:
