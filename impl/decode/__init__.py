@@ -141,7 +141,7 @@ IMPLEMENTATIONS: tuple[Entry, ...] = (
         hint="a C++ compiler (Debian/Ubuntu: apt-get install g++, then make install), on an x86-64 "
         "CPU with AVX2, BMI2, LZCNT and PCLMUL; onepass_nogil runs without them",
     ),
-    Entry("auto", "impl.decode.auto", "per body size, the decoder measured fastest here"),
+    Entry("auto", "impl.decode.auto", "per body class and size, the decoder measured fastest here"),
 )
 
 #: Fixed preference order when nothing was measured on this machine (fastest first).
