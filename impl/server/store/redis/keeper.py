@@ -148,14 +148,15 @@ class Keeper:
             return
 
     def _set(self, state: str) -> None:
-        """Record the state, in `keeper.json` too (read by every server process)."""
-        self.state = state
-        status = self.status()
+        """Record the state, in `keeper.json` first (read by every server process), then here:
+        whoever sees the new `state` on this object finds it in the file too."""
+        status = {**self.status(), "state": state}
         path = os.path.join(self.directory, STATUS_FILE)
         with contextlib.suppress(OSError):
             with open(path + ".tmp", "w") as f:
                 json.dump(status, f)
             os.replace(path + ".tmp", path)
+        self.state = state
 
     def status(self) -> dict[str, Any]:
         return {
