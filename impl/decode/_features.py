@@ -55,18 +55,6 @@ def windows(size: int) -> list[tuple[int, int]]:
     return [(at - half, at + half) for at in (quarter, 2 * quarter, 3 * quarter)]
 
 
-def features(body: bytes) -> dict[str, int]:
-    """The counts a class is made of (for reports and tests)."""
-    spans = windows(len(body))
-    return {
-        "sampled": sum(b - a for a, b in spans),
-        "nonascii": sum(len(body[a:b]) - len(body[a:b].translate(None, _HIGH)) for a, b in spans),
-        "backslashes": sum(body.count(b"\\", a, b) for a, b in spans),
-        "exponents": sum(body.count(b"e-", a, b) for a, b in spans),
-        "two_digit_exponents": sum(body.count(b"e-0", a, b) for a, b in spans),
-    }
-
-
 def classify(body: bytes) -> str:
     """The feature class of `body` (one of `CLASSES`)."""
     spans = windows(len(body))
