@@ -213,8 +213,9 @@ struct FlatCarried {
 
 // One block of flat_objects in one form of the numbers (`Wide`), its strings' bytes checked
 // (`Odd`: the block or the one before has a backslash, a control byte or a byte >= 0x80) or
-// not (then their quotes are all the check needs). Answers the bytes that break it; when none,
-// `prev` and `resume` move past it.
+// not (then the caller has seen that it has none of those bytes and carries no escape: the
+// quotes are all the check needs). Answers the bytes that break it; when none, `prev` and
+// `resume` move past it.
 template <bool Wide, bool Odd>
 [[gnu::always_inline]] inline uint64_t flat_block(const Block& block, const uint8_t* buf,
                                                   size_t start, size_t at, size_t& resume,
@@ -224,8 +225,6 @@ template <bool Wide, bool Odd>
   uint64_t quote = Odd ? strings.quotes<true>(block, buf + at, buf + start, in_strings)
                        : block.eq('"');
   uint64_t inside = prefix_xor(quote) ^ prev.inside;  // an opening quote and its bytes
-  // without Odd, a block that needs its strings checked is one to check again with it
-  if (!Odd) in_strings = (block.odd() & inside) | strings.carry;
   uint64_t out = ~(inside | quote);
   uint64_t open = block.eq('{') & out, close = block.eq('}') & out;
   uint64_t comma = block.eq(',') & out, colon = block.eq(':') & out;
@@ -281,15 +280,24 @@ template <bool Wide>
   return plain;
 }
 
-// flat_block's common case from the block at `at` on, until a block it cannot pass (`at` is
-// then that block, `prev` and `resume` as before it). Out of line, with no call in its loop
-// and its state in locals: its registers stay on the blocks.
+// flat_block's common case from the block at `at` on, until a block with odd bytes (a
+// backslash, a control byte, a byte >= 0x80, or an escape carried in: flat_odd_blocks checks
+// it) or one it cannot pass (`at` is then that block, `prev` and `resume` as before it). The
+// odd bytes are looked for first, anywhere in the block: outside strings they break the
+// block in either path, so which path checks it changes what it costs, not what passes; a
+// block with them is not checked here first only to be checked again there. Out of line,
+// with no call in its loop and its state in locals: its registers stay on the blocks.
 template <bool Wide>
 [[gnu::noinline]] void flat_plain_blocks(const uint8_t* buf, size_t start, size_t& at,
                                          size_t& resume, FlatCarried& prev) {
   FlatCarried here = prev;
   size_t block_at = at, resume_at = resume;
-  while (!flat_block<Wide, false>(Block(buf + block_at), buf, start, block_at, resume_at, here)) {
+  while (true) {
+    Block block(buf + block_at);
+    if ((block.odd() | here.strings.carry) != 0 ||
+        flat_block<Wide, false>(block, buf, start, block_at, resume_at, here)) {
+      break;
+    }
     block_at += 64;
   }
   prev = here;
