@@ -163,38 +163,77 @@ template <bool Wide>
   return Shape{length, dot, exp, negative};
 }
 
+// logprob_runs' second step: `each` sees the elements that end at the commas `commas` (a mask
+// a block, `blocks` blocks from `at`), the first at `first` (moved past each one taken). False
+// when `each` answered false (`first` is then that element). Out of line: its registers are
+// the numbers'.
+template <bool Wide, typename F>
+[[gnu::noinline]] bool logprob_elements(const uint8_t* buf, size_t at, const uint64_t* commas,
+                                        size_t blocks, size_t& first_out, F& each) {
+  size_t first = first_out;
+  for (size_t b = 0; b < blocks; b++, at += 64) {
+    for (uint64_t m = commas[b]; m; m &= m - 1) {
+      size_t end = at + static_cast<size_t>(__builtin_ctzll(m));
+      const uint8_t* s = buf + first;
+      if (!each(s, logprob_shape<Wide>(s, end - first))) {
+        first_out = first;
+        return false;
+      }
+      first = end + 1;
+    }
+  }
+  first_out = first;
+  return true;
+}
+
 // Elements of an array from `start` (an element's first byte) on that are numbers in the form
 // LogprobForm checks (the whole form with `Wide`, else the narrow one), separated by bare
 // commas, checked 64 bytes a block as a stream; once a block passes, `each(first, shape)`
-// sees each element its commas end. `each` returns false to stop there. Returns where it stopped: the first byte of an element
-// it did not take (the block with the array's end, or anything else, leaves the elements it
-// holds to the general path). Needs 32 readable bytes before `start`: the readers `each`
-// calls load them. The caller runs the narrow form first and the whole one where it took
-// nothing (walk.h): two loops, each as tight as its form allows.
+// sees each element its commas end. `each` returns false to stop there. Returns where it
+// stopped: the first byte of an element it did not take (the block with the array's end, or
+// anything else, leaves the elements it holds to the general path). Needs 32 readable bytes
+// before `start`: the readers `each` calls load them. The caller runs the narrow form first
+// and the whole one where it took nothing (walk.h): two loops, each as tight as its form
+// allows.
+//
+// In two steps per batch of up to kBatch blocks: the blocks are checked and their comma masks
+// kept, then `each` sees the elements (logprob_elements). One loop did both, and the block
+// check's masks (LogprobForm's five carried ones among them) took the registers the reading
+// of each number needed: it kept its own counters on the stack. The elements seen and their
+// order are the same (a block's elements only once it passed; the first `each` that answers
+// false ends it there), so the batches change what it costs, not what it takes.
 template <bool Wide, typename F>
 size_t logprob_runs(const uint8_t* buf, size_t start, F&& each) {
 #if defined(__SSE2__)
   if (start < 32) return start;
+  constexpr size_t kBatch = 16;
+  uint64_t commas[kBatch];
   uint64_t prev_comma = 1ULL << 63;  // as if a comma came before the first element
   LogprobForm form;
   size_t first = start;  // the first element not taken yet
-  for (size_t at = start;; at += 64) {
-    Block block(buf + at);
-    uint64_t digit = block.digits(), comma = block.eq(','), minus = block.eq('-');
-    uint64_t dot = block.eq('.'), e = block.eq('e'), plus = block.eq('+');
-    LogprobForm next;
-    uint64_t bad = ~(digit | comma | minus | dot | e | plus) |
-                   form.check<Wide>(buf + at, before(comma, prev_comma, 1), digit, minus, dot, e,
-                                    plus, next);
-    if (bad) return first;
-    form = next;
-    for (uint64_t ends = comma; ends; ends &= ends - 1) {
-      size_t end = at + static_cast<size_t>(__builtin_ctzll(ends));
-      const uint8_t* s = buf + first;
-      if (!each(s, logprob_shape<Wide>(s, end - first))) return first;
-      first = end + 1;
+  size_t at = start;
+  while (true) {
+    size_t blocks = 0, batch_at = at;
+    bool stopped = false;
+    for (; blocks < kBatch; blocks++, at += 64) {
+      Block block(buf + at);
+      uint64_t digit = block.digits(), comma = block.eq(','), minus = block.eq('-');
+      uint64_t dot = block.eq('.'), e = block.eq('e'), plus = block.eq('+');
+      LogprobForm next;
+      uint64_t bad = ~(digit | comma | minus | dot | e | plus) |
+                     form.check<Wide>(buf + at, before(comma, prev_comma, 1), digit, minus, dot,
+                                      e, plus, next);
+      if (bad) {
+        stopped = true;
+        break;
+      }
+      form = next;
+      commas[blocks] = comma;
+      prev_comma = comma;
     }
-    prev_comma = comma;
+    if (!logprob_elements<Wide>(buf, batch_at, commas, blocks, first, each) || stopped) {
+      return first;
+    }
   }
 #else
   (void)each;

@@ -341,11 +341,16 @@ struct ByteWalker {
                                                   std::vector<float>& out) {
     double value;
     if (!checked_logprob_double<wide>(s, sh.len, sh.dot, sh.exp, sh.negative, value) &&
-        !shaped_double(s, sh.len, sh, value)) {
+        !general_double(s, sh, value)) {
       return false;
     }
     out.push_back(static_cast<float>(value));  // double, then float32
     return true;
+  }
+  // shaped_double out of line: what checked_logprob_double leaves (zeros, ~1 in 512 roundings)
+  // is rare, and inline its code took registers from the common path.
+  [[gnu::noinline]] static bool general_double(const uint8_t* s, const Shape& sh, double& out) {
+    return shaped_double(s, sh.len, sh, out);
   }
 
   template <typename F>
