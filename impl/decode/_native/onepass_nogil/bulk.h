@@ -35,13 +35,13 @@ size_t naturals(const uint8_t* buf, size_t start, F&& each) {
   while (true) {
     const uint8_t* s = buf + start;
     Block block(s);
-    uint64_t digit = block.digits(), comma = block.eq(',');
+    uint64_t digit = block.digits(), comma = block.eq<','>();
     comma &= below_first(~(digit | comma));  // the first byte of neither kind stops it
     if (comma == 0) return start;
     int last = 63 - __builtin_clzll(comma);
     uint64_t window = through(last);
     uint64_t starts = ((comma << 1) | 1) & window;
-    uint64_t zero = block.eq('0');
+    uint64_t zero = block.eq<'0'>();
     if ((starts & comma) | (starts & zero & (digit >> 1))) return start;
     size_t first = 0;
     while (comma) {
@@ -70,7 +70,7 @@ inline size_t plain_strings(const uint8_t* buf, size_t start) {
     Block block(buf + start);
     Strings strings;  // a window starts at a quote, ends at a comma: nothing carried
     uint64_t bad;
-    uint64_t quote = strings.quotes<false>(block, buf + start, buf + start, bad), comma = block.eq(',');
+    uint64_t quote = strings.quotes<false>(block, buf + start, buf + start, bad), comma = block.eq<','>();
     uint64_t valid = below_first(bad);
     uint64_t inside = prefix_xor(quote);  // 1 from an opening quote up to its closing one
     uint64_t between = ~inside & ~quote & valid;  // outside every string
@@ -217,8 +217,8 @@ size_t logprob_runs(const uint8_t* buf, size_t start, F&& each) {
     bool stopped = false;
     for (; blocks < kBatch; blocks++, at += 64) {
       Block block(buf + at);
-      uint64_t digit = block.digits(), comma = block.eq(','), minus = block.eq('-');
-      uint64_t dot = block.eq('.'), e = block.eq('e'), plus = block.eq('+');
+      uint64_t digit = block.digits(), comma = block.eq<','>(), minus = block.eq<'-'>();
+      uint64_t dot = block.eq<'.'>(), e = block.eq<'e'>(), plus = block.eq<'+'>();
       LogprobForm next;
       uint64_t bad = ~(digit | comma | minus | dot | e | plus) |
                      form.check<Wide>(buf + at, before(comma, prev_comma, 1), digit, minus, dot,
@@ -262,13 +262,13 @@ template <bool Wide, bool Odd>
   Strings strings = prev.strings;
   uint64_t in_strings = 0;
   uint64_t quote = Odd ? strings.quotes<true>(block, buf + at, buf + start, in_strings)
-                       : block.eq('"');
+                       : block.eq<'"'>();
   uint64_t inside = prefix_xor(quote) ^ prev.inside;  // an opening quote and its bytes
   uint64_t out = ~(inside | quote);
-  uint64_t open = block.eq('{') & out, close = block.eq('}') & out;
-  uint64_t comma = block.eq(',') & out, colon = block.eq(':') & out;
-  uint64_t digit = block.digits() & out, minus = block.eq('-') & out;
-  uint64_t dot = block.eq('.') & out, e = block.eq('e') & out, plus = block.eq('+') & out;
+  uint64_t open = block.eq<'{'>() & out, close = block.eq<'}'>() & out;
+  uint64_t comma = block.eq<','>() & out, colon = block.eq<':'>() & out;
+  uint64_t digit = block.digits() & out, minus = block.eq<'-'>() & out;
+  uint64_t dot = block.eq<'.'>() & out, e = block.eq<'e'>() & out, plus = block.eq<'+'>() & out;
   uint64_t number = digit | minus | dot | e | plus;
   uint64_t object = prefix_xor(open | close) ^ prev.object;  // a '{' up to before its '}'
   uint64_t opens = quote & inside;

@@ -341,16 +341,17 @@ struct ByteWalker {
                                                   std::vector<float>& out) {
     double value;
     if (!checked_logprob_double<wide>(s, sh.len, sh.dot, sh.exp, sh.negative, value) &&
-        !general_double(s, sh, value)) {
+        !general_double(s, sh.len, value)) {
       return false;
     }
     out.push_back(static_cast<float>(value));  // double, then float32
     return true;
   }
-  // shaped_double out of line: what checked_logprob_double leaves (zeros, ~1 in 512 roundings)
-  // is rare, and inline its code took registers from the common path.
-  [[gnu::noinline]] static bool general_double(const uint8_t* s, const Shape& sh, double& out) {
-    return shaped_double(s, sh.len, sh, out);
+  // The general reader out of line, from the bytes: what checked_logprob_double leaves (~1 in
+  // 512 roundings, more than 19 significant digits) is rare, and inline its code (and the
+  // Shape it would take, kept in memory for it) took registers and stores from the common path.
+  [[gnu::noinline]] static bool general_double(const uint8_t* s, size_t len, double& out) {
+    return finite_double(s, len, out);
   }
 
   template <typename F>
