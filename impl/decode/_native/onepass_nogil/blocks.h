@@ -176,17 +176,19 @@ inline uint64_t escaped_bytes(uint64_t backslash, uint64_t& carry) {
 struct Strings {
   uint64_t carry = 0;  // bit 0: escaped; bit 1: the previous block had a byte >= 0x80
 
-  // The quotes of `block` (the 64 bytes at `block_at`), and its bad bytes into `bad`; the 64
-  // bytes before the block are at `block_at - 64` unless `block_at` is `first` (then zeros).
-  // `Inline`: the check of a block with odd bytes is inlined (for a loop that expects them),
-  // else a call (the loop keeps its registers for the common block).
+  // The quotes of `block` (the 64 bytes at `block_at`; `odd` its block.odd(), which the
+  // caller has computed for its own test), and its bad bytes into `bad`; the 64 bytes before
+  // the block are at `block_at - 64` unless `block_at` is `first` (then zeros). `Inline`: the
+  // check of a block with odd bytes is inlined (for a loop that expects them), else a call
+  // (the loop keeps its registers for the common block).
   template <bool Inline>
-  [[gnu::always_inline]] uint64_t quotes(const Block& block, const uint8_t* block_at, const uint8_t* first,
-                  uint64_t& bad) {
+  [[gnu::always_inline]] uint64_t quotes(const Block& block, uint64_t odd_bytes,
+                                         const uint8_t* block_at, const uint8_t* first,
+                                         uint64_t& bad) {
     uint64_t quote = block.eq<'"'>();
     bad = 0;
     // one mask for the common block (ASCII, no backslash, no control byte): nothing to do
-    if ((block.odd() | carry) == 0) return quote;
+    if ((odd_bytes | carry) == 0) return quote;
     const uint8_t* prev = block_at == first ? nullptr : block_at - 64;
     Odd odd = Inline ? check(block, prev, quote, carry) : check_call(block_at, prev, quote, carry);
     carry = odd.carry;

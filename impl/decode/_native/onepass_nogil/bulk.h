@@ -70,7 +70,8 @@ inline size_t plain_strings(const uint8_t* buf, size_t start) {
     Block block(buf + start);
     Strings strings;  // a window starts at a quote, ends at a comma: nothing carried
     uint64_t bad;
-    uint64_t quote = strings.quotes<false>(block, buf + start, buf + start, bad), comma = block.eq<','>();
+    uint64_t quote = strings.quotes<false>(block, block.odd(), buf + start, buf + start, bad);
+    uint64_t comma = block.eq<','>();
     uint64_t valid = below_first(bad);
     uint64_t inside = prefix_xor(quote);  // 1 from an opening quote up to its closing one
     uint64_t between = ~inside & ~quote & valid;  // outside every string
@@ -253,15 +254,16 @@ struct FlatCarried {
 // One block of flat_objects in one form of the numbers (`Wide`), its strings' bytes checked
 // (`Odd`: the block or the one before has a backslash, a control byte or a byte >= 0x80) or
 // not (then the caller has seen that it has none of those bytes and carries no escape: the
-// quotes are all the check needs). Answers the bytes that break it; when none, `prev` and
+// quotes are all the check needs); `odd` is the block's block.odd() with Odd (the caller's
+// own test computed it), else unused. Answers the bytes that break it; when none, `prev` and
 // `resume` move past it.
 template <bool Wide, bool Odd>
-[[gnu::always_inline]] inline uint64_t flat_block(const Block& block, const uint8_t* buf,
-                                                  size_t start, size_t at, size_t& resume,
-                                                  FlatCarried& prev) {
+[[gnu::always_inline]] inline uint64_t flat_block(const Block& block, uint64_t odd,
+                                                  const uint8_t* buf, size_t start, size_t at,
+                                                  size_t& resume, FlatCarried& prev) {
   Strings strings = prev.strings;
   uint64_t in_strings = 0;
-  uint64_t quote = Odd ? strings.quotes<true>(block, buf + at, buf + start, in_strings)
+  uint64_t quote = Odd ? strings.quotes<true>(block, odd, buf + at, buf + start, in_strings)
                        : block.eq<'"'>();
   uint64_t inside = prefix_xor(quote) ^ prev.inside;  // an opening quote and its bytes
   uint64_t out = ~(inside | quote);
@@ -306,11 +308,12 @@ template <bool Wide>
   bool plain = false;
   while (true) {
     Block block(buf + block_at);
-    if (block_at != at && (block.odd() | here.strings.carry) == 0) {
+    uint64_t odd = block.odd();
+    if (block_at != at && (odd | here.strings.carry) == 0) {
       plain = true;
       break;
     }
-    if (flat_block<Wide, true>(block, buf, start, block_at, resume_at, here)) break;
+    if (flat_block<Wide, true>(block, odd, buf, start, block_at, resume_at, here)) break;
     block_at += 64;
   }
   prev = here;
@@ -334,7 +337,7 @@ template <bool Wide>
   while (true) {
     Block block(buf + block_at);
     if ((block.odd() | here.strings.carry) != 0 ||
-        flat_block<Wide, false>(block, buf, start, block_at, resume_at, here)) {
+        flat_block<Wide, false>(block, 0, buf, start, block_at, resume_at, here)) {
       break;
     }
     block_at += 64;
