@@ -30,7 +30,7 @@ namespace nogil {
 // sees each of them. Returns where it stopped: the first byte of an element it did not
 // check (the last one, or one it doubts: the general path decides those).
 template <typename F>
-size_t naturals(const uint8_t* buf, size_t start, F&& each) {
+[[gnu::always_inline]] inline size_t naturals(const uint8_t* buf, size_t start, F&& each) {
 #if defined(__SSE2__)
   while (true) {
     const uint8_t* s = buf + start;
