@@ -5,8 +5,10 @@
 // it ends, sixteen at a time by SSE2 multiply-adds) and rounded correctly by the Eisel-Lemire
 // algorithm (Lemire, "Number Parsing at a Gigabyte per Second", 2021: one 64 x 128-bit product
 // with a power of five from the table powers_of_five.py writes at build time, without its
-// Clinger shortcut); any other form goes the general way (`shaped_double`); what Eisel-Lemire
-// cannot decide (and more than 19 significant digits) goes to the C library's strtod.
+// Clinger shortcut; `eisel_lemire_bounded` for the numbers the bulk checks vouch for, whose
+// power is small enough to need no range checks); any other form goes the general way
+// (`shaped_double`); what Eisel-Lemire cannot decide (and more than 19 significant digits)
+// goes to the C library's strtod.
 #pragma once
 
 #include <locale.h>
