@@ -181,3 +181,27 @@ def test_latency_mode_queues_behind_the_engine():
     assert run["completed"] == 48, run["examples"]
     assert run["router"]["peak_generating"] == 6
     assert run["router"]["peak_in_flight"] > 6  # the rest waited in the router's queue
+
+
+@pytest.mark.parametrize("settle_seconds", [120.0, 0.0])
+def test_the_warm_ups_stored_results_are_waited_out_before_the_window(monkeypatch, settle_seconds):
+    """After the warm-up the server still keeps its fetched results (for the retrieved TTL):
+    `settle` waits until it stores less than SETTLE_BYTES (here 1: nothing), so the window's
+    peak RSS is the run's own; --settle-seconds 0 starts the window at once."""
+    from impl.harness import sampler
+
+    monkeypatch.setattr(sampler, "SETTLE_BYTES", 1)
+    scenario = presets.Scenario(
+        num_requests=8, max_tokens=64, client_processes=1, distinct_prompts=4, timeout=120.0,
+        server_args=("--retrieved-ttl", "1"),
+    )  # fmt: skip
+    run = load.run_scenario(
+        scenario, label="settle", settle_seconds=settle_seconds, progress_bar=False
+    )
+    assert run["completed"] == 8, run["examples"]
+    settled = run["settle"]
+    assert settled["stored_bytes_before"] > 0  # the warm-up's 4 results were still stored
+    if settle_seconds:
+        assert settled["stored_bytes_after"] == 0  # ... and released before the window
+    else:
+        assert settled["stored_bytes_after"] == settled["stored_bytes_before"]

@@ -180,6 +180,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmup", type=int, default=1,
         help="unmeasured samples per distinct prompt (and router process) before the run",
     )  # fmt: skip
+    parser.add_argument(
+        "--settle-seconds", type=float, default=120.0,
+        help="after the warm-up, wait up to this long for the server to release the warm-up's "
+        "results (when they are 16 MiB or more: a server keeps fetched results for its "
+        "retrieved TTL), so the measured peak RSS is the run's own; 0: do not wait",
+    )  # fmt: skip
     parser.add_argument("--report", type=Path, help="write the JSON report here")
     parser.add_argument(
         "--profile",
@@ -229,6 +235,7 @@ def run_scenario(
     tries: int = 16,
     backoff_base: float = 0.25,
     warmup: int = 1,
+    settle_seconds: float = 120.0,
     profile: Path | None = None,
     progress_bar: bool = True,
     kill_one_at: float | None = None,
@@ -273,9 +280,11 @@ def run_scenario(
             )
 
             polls_at_go: dict[str, int] = {}
+            settled: dict[str, Any] = {}
             killer = faults.KillOne(url, server_pid, kill_one_at) if kill_one_at else None
 
             def on_go() -> None:  # the measured window starts: forget the warm-up's peaks
+                settled.update(procs.settle(url, settle_seconds))
                 if before_go is not None:
                     before_go()
                 sampler.restart()
@@ -287,6 +296,7 @@ def run_scenario(
 
             run = drive(configs, client=client, label=label, progress_bar=progress_bar, on_go=on_go)
             run["server"] = sampler.finish()
+            run["settle"] = settled
             if killer is not None:
                 run["fault"] = killer.finish()
             run["healthz_latencies"] = sampler.healthz_latencies
@@ -357,6 +367,7 @@ def _run(args: argparse.Namespace) -> int:
         tries=args.tries,
         backoff_base=args.backoff_base,
         warmup=args.warmup,
+        settle_seconds=args.settle_seconds,
         progress_bar=not args.no_progress,
     )
     if (args.compare or args.kill_one_at) and args.url:

@@ -32,6 +32,7 @@ from impl.harness.sampler import fetch_json as fetch_json
 from impl.harness.sampler import get_json as get_json
 from impl.harness.sampler import probe as probe
 from impl.harness.sampler import scrape_steps as scrape_steps
+from impl.harness.sampler import settle as settle
 from impl.server.store.redis.embedded import die_with_parent
 
 _URL = re.compile(r"(http://[0-9.]+:[0-9]+)")

@@ -303,6 +303,8 @@ def report_json(
                 "scenario": run.get("scenario"),
                 "examples": run.get("examples", {}),
                 "warmup": run.get("warmup"),
+                # the warm-up's results still stored, waited out before the window (settle)
+                "settle": run.get("settle"),
                 "healthz": run.get("healthz"),
                 "fault": run.get("fault"),
                 # per probe: [s into the run, latency s, connect s, server loop lag ms, GC pause ms]
