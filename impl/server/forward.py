@@ -207,16 +207,19 @@ class BodyBudget:
         }
 
 
-#: While a body is being read it is held twice: every pool's own buffer of it (aiohttp's and
-#: httpx's chunks, pyqwest's chunks, pyreqwest's Rust buffer) and the `bytes` made from it.
-RECEIVE_FACTOR = 2
-
-
 class Admission:
     """One forward's hold on the `BodyBudget`: the pool contract's `admit` (awaited between the
     router answer's headers and its body) takes the body's Content-Length, or `expected` when
     the answer has none; a second answer (the retry after a 5xx) first gives the first one's
-    share back. `settle` replaces the hold by the size really read; `release` ends it."""
+    share back. `settle` replaces the hold by the size really read; `release` ends it.
+
+    A body is held once while it is read: every pool keeps the chunks read so far and joins
+    them into one `bytes` when the last arrives (`b"".join`, synchronous on the event loop that
+    read them). The join's second copy exists for one body at a time per loop (the server's,
+    each fetch process's) and only while it runs, so the bound is the budget plus one body per
+    loop, like the decoded arrays, which the budget does not count either. (Until issue 30's
+    second round the hold was twice the length for the whole read, and in fetch processes until
+    the answer: 128 MiB let ~3.7 bodies of 17 MB in at once where ~7.5 fit.)"""
 
     __slots__ = ("budget", "expected", "held", "holding")
 
@@ -226,7 +229,7 @@ class Admission:
 
     async def __call__(self, status: int, length: int | None) -> None:
         self.release()
-        size = RECEIVE_FACTOR * (self.expected if length is None else length)
+        size = self.expected if length is None else length
         await self.budget.acquire(size)
         self.held, self.holding = size, True
 

@@ -25,7 +25,7 @@ from _wait import until
 from impl import registry
 from impl.decode import Completion, releases_gil
 from impl.server import offloop
-from impl.server.forward import RECEIVE_FACTOR, Admission, BodyBudget
+from impl.server.forward import Admission, BodyBudget
 from impl.server.offloop.inline import DecodeJob, to_proto
 from impl.server.offloop.processes import DecodeProcesses
 from impl.server.upstream import UpstreamFailed
@@ -183,8 +183,8 @@ def test_body_budget_is_fifo_and_lets_one_oversized_body_through_alone():
     asyncio.run(run())
 
 
-def test_an_admission_takes_twice_the_length_while_reading_and_gives_it_back():
-    """The pool contract's `admit`: twice the Content-Length (the expected size without one),
+def test_an_admission_takes_the_length_while_reading_and_gives_it_back():
+    """The pool contract's `admit`: the Content-Length (the expected size without one),
     a second answer (the retry after a 5xx) first returns the first one's share, `settle` keeps
     the size read, `release` ends the hold once (an empty body too)."""
 
@@ -192,9 +192,9 @@ def test_an_admission_takes_twice_the_length_while_reading_and_gives_it_back():
         budget = BodyBudget(1000)
         admission = Admission(budget, expected=300)
         await admission(200, 100)
-        assert (budget.used, budget.holders) == (2 * RECEIVE_FACTOR * 50, 1) == (200, 1)
+        assert (budget.used, budget.holders) == (100, 1)
         await admission(500, None)  # a retried answer without Content-Length
-        assert (budget.used, budget.holders) == (600, 1)
+        assert (budget.used, budget.holders) == (300, 1)
         admission.settle(250)
         assert budget.used == 250
         admission.release()
@@ -204,7 +204,7 @@ def test_an_admission_takes_twice_the_length_while_reading_and_gives_it_back():
         await empty(200, 0)
         assert budget.holders == 1
         empty.release()
-        assert (budget.used, budget.holders, budget.peak) == (0, 0, 600)
+        assert (budget.used, budget.holders, budget.peak) == (0, 0, 300)
 
     asyncio.run(run())
 
