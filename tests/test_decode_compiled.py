@@ -640,6 +640,33 @@ def test_logprob_numbers_in_a_body_match_the_reference(compiled):
         assert_same(decoder.decode(body), want)
 
 
+def _float32_midpoints(seed: int, count: int) -> list[bytes]:
+    """Doubles halfway between two neighbouring float32 values and the doubles right beside
+    them, as Python prints them and with orjson's one-digit exponents: read one double off, a
+    midpoint's float32 is the other neighbour's, so the kept float32 shows the double's every
+    bit. Whole parts of one and two digits, fractions of 1 to 17 digits, zeros."""
+    rng = np.random.default_rng(seed)
+    scale = 10.0 ** rng.integers(-9, 2, count)
+    low = (-rng.standard_exponential(count) * scale).astype(np.float32)
+    high = np.nextafter(low, np.float32(0))
+    middle = (low.astype(np.float64) + high.astype(np.float64)) / 2  # exact in a double
+    values = [*middle, *np.nextafter(middle, -np.inf), *np.nextafter(middle, np.inf)]
+    tokens = [repr(float(value)).encode() for value in values] + [b"0.0", b"-0.0", b"-0.000"]
+    return tokens + [t.replace(b"e-0", b"e-") for t in tokens if b"e-0" in t]
+
+
+def test_bulk_logprobs_read_exactly(compiled):
+    """Long token_logprobs arrays (read by the bulk path, 64 bytes a block, in batches) of
+    float32 midpoints and their neighbours: the decode equals the reference's float32 for
+    float32, each of which a double one unit off would change."""
+    tokens = _float32_midpoints(seed=21, count=3000)
+    random.Random(22).shuffle(tokens)
+    for first in range(0, len(tokens), 1500):
+        body = _logprob_array_body(tokens[first : first + 1500], kept=True)
+        assert compiled.fast_path(body) is not None
+        assert_same(compiled.decoder.decode(body), REFERENCE.decode(body))
+
+
 @pytest.mark.parametrize("place", ["text-offset", "usage", "top-logprobs"])
 def test_skipped_numbers_in_arrays_and_objects(place, compiled):
     """Skipped numbers (array-of-scalars loop and the general loop): valid exactly when Python

@@ -25,4 +25,6 @@ impl.probes.NAME`; its docstring says what it measures and how. The page quoting
   append-only file (CHANGELOG, issue 28).
 - `waiting_answers`: the memory an answer waiting for the body budget holds in the server's
   process, per pool implementation (docs/offloop.md).
+- `decode_builds`: the installed build of a compiled decoder against another build of it (an
+  older commit's), side by side on every body kind (docs/native.md: comparing two builds).
 """

@@ -17,6 +17,18 @@ inline bool is_ws(uint8_t c) {
 }
 inline bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 
+// 32 bytes of `C` in memory, for a vector constant (the first 16 for an SSE2 one). GCC builds
+// a byte splat it can see from an immediate in three instructions (mov, vmovd, vpbroadcastb)
+// wherever it needs it, and in the bulk loops, which use more vector constants than there
+// are registers, it did so in every block for every byte class; this array is not const, so
+// GCC cannot fold it into an immediate, and the vector comes from one load that the compare
+// (or subtraction) takes as its memory operand. Nothing writes to it.
+template <uint8_t C>
+struct Splat {
+  alignas(32) static inline uint8_t bytes[32] = {C, C, C, C, C, C, C, C, C, C, C, C, C, C, C, C,
+                                                 C, C, C, C, C, C, C, C, C, C, C, C, C, C, C, C};
+};
+
 inline uint64_t load8(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);

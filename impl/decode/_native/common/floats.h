@@ -5,8 +5,10 @@
 // it ends, sixteen at a time by SSE2 multiply-adds) and rounded correctly by the Eisel-Lemire
 // algorithm (Lemire, "Number Parsing at a Gigabyte per Second", 2021: one 64 x 128-bit product
 // with a power of five from the table powers_of_five.py writes at build time, without its
-// Clinger shortcut); any other form goes the general way (`shaped_double`); what Eisel-Lemire
-// cannot decide (and more than 19 significant digits) goes to the C library's strtod.
+// Clinger shortcut; `eisel_lemire_bounded` for the numbers the bulk checks vouch for, whose
+// power is small enough to need no range checks); any other form goes the general way
+// (`shaped_double`); what Eisel-Lemire cannot decide (and more than 19 significant digits)
+// goes to the C library's strtod.
 #pragma once
 
 #include <locale.h>
@@ -65,6 +67,33 @@ inline bool eisel_lemire(int64_t power, uint64_t mantissa, bool negative, double
   if (real_exponent > 2046) return false;
   bits &= ~(1ULL << 52);
   bits |= static_cast<uint64_t>(real_exponent) << 52 | static_cast<uint64_t>(negative) << 63;
+  std::memcpy(&out, &bits, sizeof out);
+  return true;
+}
+
+// eisel_lemire for what checked_logprob_double reads: a mantissa below 10^19 (0 included) and
+// a power in [-131, 99] (at most 32 fraction digits, at most two exponent digits). Then the
+// double is neither subnormal nor infinite (10^-131 is ~2^-435, 10^19 x 10^99 ~2^392), so the
+// exponent needs no range checks, and 0 is a signed zero (chosen at the end: no branch). What
+// the general step decides by a second product or the exact halfway rule (the product's upper
+// nine bits all ones: ~1 in 512; its lower word at most 1: ~never) is left to it: false.
+// Branch-free but for those two: the carry of rounding up to 2^53 moves the exponent by one.
+[[gnu::always_inline]] inline bool eisel_lemire_bounded(int64_t power, uint64_t mantissa,
+                                                        bool negative, double& out) {
+  int lz = __builtin_clzll(mantissa | 1);  // mantissa 0: any shift, the result is replaced
+  const uint32_t index = 2 * static_cast<uint32_t>(power - kSmallestPower);
+  __uint128_t first = static_cast<__uint128_t>(mantissa << lz) * kPowersOfFive[index];
+  uint64_t low = static_cast<uint64_t>(first), high = static_cast<uint64_t>(first >> 64);
+  if (((high & 0x1FF) == 0x1FF || low <= 1) && mantissa != 0) return false;
+  uint64_t upperbit = high >> 63;
+  uint64_t bits = high >> (upperbit + 9);
+  bits = (bits + (bits & 1)) >> 1;
+  uint64_t carry = bits >> 53;  // rounded up to 2^53: 2^52 with the exponent one higher
+  bits >>= carry;
+  int64_t exponent = (((152170 + 65536) * power) >> 16) + 1024 + 63 - lz -
+                     static_cast<int64_t>(1 ^ upperbit) + static_cast<int64_t>(carry);
+  bits = (bits & ~(1ULL << 52)) | static_cast<uint64_t>(exponent) << 52;
+  bits = (mantissa != 0 ? bits : 0) | static_cast<uint64_t>(negative) << 63;
   std::memcpy(&out, &bits, sizeof out);
   return true;
 }
@@ -168,7 +197,7 @@ inline void digits32(const uint8_t* end, size_t keep, uint64_t& high, uint64_t& 
       0xFF, 0xFF, 0xFF, 0xFF};
   __m256i mask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTail + keep));
   __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(end - 32));
-  v = _mm256_and_si256(_mm256_sub_epi8(v, _mm256_set1_epi8('0')), mask);  // digit values
+  v = _mm256_and_si256(_mm256_sub_epi8(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(Splat<'0'>::bytes))), mask);  // digit values
   v = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x010A));                  // 2 digits
   v = _mm256_madd_epi16(v, _mm256_set1_epi32(0x00010064));                 // 4 digits
   v = _mm256_packus_epi32(v, v);
@@ -185,8 +214,9 @@ inline void digits32(const uint8_t* end, size_t keep, uint64_t& high, uint64_t& 
 // `frac_digits` digits ending at `end` (32
 // readable bytes before it), read without a branch on the digit count and rounded by
 // Eisel-Lemire; false when it cannot vouch (more than 19 significant digits, a rounding it
-// cannot decide): the caller takes the general path.
-template <bool two_whole_digits = false>
+// cannot decide): the caller takes the general path. `bounded`: the caller vouches that
+// |exponent| < 100, so the power is in eisel_lemire_bounded's range.
+template <bool two_whole_digits = false, bool bounded = false>
 [[gnu::always_inline]] inline bool fraction_double(uint64_t whole, const uint8_t* end,
                                                    size_t frac_digits, int64_t exponent,
                                                    bool negative, double& out) {
@@ -209,6 +239,7 @@ template <bool two_whole_digits = false>
   uint64_t mantissa = high * 10000000000000000ULL + low +
                       whole * kPow10[frac_digits < 19 ? frac_digits : 19];
   int64_t power = exponent - static_cast<int64_t>(frac_digits);
+  if constexpr (bounded) return eisel_lemire_bounded(power, mantissa, negative, out);
   if (mantissa == 0 || power < kSmallestPower || power > kLargestPower) return false;
   return eisel_lemire(power, mantissa, negative, out);
 }
@@ -249,8 +280,8 @@ template <bool wide>
     int64_t magnitude = (last[-2] - '0') * 10 + (last[-1] - '0');
     int64_t exponent = last[-3] == '-' ? -magnitude : magnitude;
     exponent &= -static_cast<int64_t>(exp != len);
-    return fraction_double(s[negative] - '0', s + exp, exp - negative - 2, exponent, negative,
-                           out);
+    return fraction_double<false, true>(s[negative] - '0', s + exp, exp - negative - 2,
+                                        exponent, negative, out);
   }
   bool two = exp + 4 == len;  // e[+-]dd (else e[+-]d, or none)
   int64_t units = last[-1] - '0', tens = last[-2] - '0';
@@ -259,7 +290,7 @@ template <bool wide>
   exponent &= -static_cast<int64_t>(exp != len);
   uint64_t whole = static_cast<uint64_t>(s[negative] - '0');
   if (dot != size_t{negative} + 1) whole = whole * 10 + static_cast<uint64_t>(s[negative + 1] - '0');
-  return fraction_double<true>(whole, s + exp, exp - dot - 1, exponent, negative, out);
+  return fraction_double<true, true>(whole, s + exp, exp - dot - 1, exponent, negative, out);
 #else
   (void)s, (void)len, (void)dot, (void)exp, (void)negative, (void)out;
   return false;

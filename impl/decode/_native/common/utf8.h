@@ -124,14 +124,15 @@ namespace nogil::utf8_avx2 {
 using Vec = __m256i;
 constexpr size_t kWidth = 32;
 inline Vec load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const Vec*>(p)); }
-inline Vec splat(uint8_t c) { return _mm256_set1_epi8(static_cast<char>(c)); }
+template <uint8_t C>  // from memory: see Splat (bytes.h)
+inline Vec splat() { return _mm256_load_si256(reinterpret_cast<const Vec*>(Splat<C>::bytes)); }
 inline Vec zero() { return _mm256_setzero_si256(); }
 inline Vec table(const uint8_t (&t)[16]) {  // the same 16 entries in both 128-bit lanes
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
 }
 inline Vec lookup(Vec t, Vec index) { return _mm256_shuffle_epi8(t, index); }
-inline Vec high_nibbles(Vec v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), splat(0x0F)); }
-inline Vec low_nibbles(Vec v) { return _mm256_and_si256(v, splat(0x0F)); }
+inline Vec high_nibbles(Vec v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), splat<0x0F>()); }
+inline Vec low_nibbles(Vec v) { return _mm256_and_si256(v, splat<0x0F>()); }
 inline Vec vand(Vec a, Vec b) { return _mm256_and_si256(a, b); }
 inline Vec vor(Vec a, Vec b) { return _mm256_or_si256(a, b); }
 inline Vec vxor(Vec a, Vec b) { return _mm256_xor_si256(a, b); }
@@ -152,12 +153,13 @@ namespace nogil::utf8_ssse3 {
 using Vec = __m128i;
 constexpr size_t kWidth = 16;
 inline Vec load(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const Vec*>(p)); }
-inline Vec splat(uint8_t c) { return _mm_set1_epi8(static_cast<char>(c)); }
+template <uint8_t C>  // from memory: see Splat (bytes.h)
+inline Vec splat() { return _mm_load_si128(reinterpret_cast<const Vec*>(Splat<C>::bytes)); }
 inline Vec zero() { return _mm_setzero_si128(); }
 inline Vec table(const uint8_t (&t)[16]) { return load(t); }
 inline Vec lookup(Vec t, Vec index) { return _mm_shuffle_epi8(t, index); }
-inline Vec high_nibbles(Vec v) { return _mm_and_si128(_mm_srli_epi16(v, 4), splat(0x0F)); }
-inline Vec low_nibbles(Vec v) { return _mm_and_si128(v, splat(0x0F)); }
+inline Vec high_nibbles(Vec v) { return _mm_and_si128(_mm_srli_epi16(v, 4), splat<0x0F>()); }
+inline Vec low_nibbles(Vec v) { return _mm_and_si128(v, splat<0x0F>()); }
 inline Vec vand(Vec a, Vec b) { return _mm_and_si128(a, b); }
 inline Vec vor(Vec a, Vec b) { return _mm_or_si128(a, b); }
 inline Vec vxor(Vec a, Vec b) { return _mm_xor_si128(a, b); }

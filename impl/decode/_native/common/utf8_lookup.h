@@ -16,9 +16,9 @@ inline Vec block_errors(const Tables& t, Vec in, Vec before) {
                    lookup(t.second_high, high_nibbles(in)));
   // bit 7: this byte must continue a 3- or 4-byte sequence (the byte two before is a lead
   // >= 0xE0, or the byte three before one >= 0xF0): saturating subtractions leave >= 0x80 there
-  Vec third = subs(earlier<2>(in, before), splat(0xE0 - 0x80));
-  Vec fourth = subs(earlier<3>(in, before), splat(0xF0 - 0x80));
-  Vec must_continue = vand(vor(third, fourth), splat(0x80));
+  Vec third = subs(earlier<2>(in, before), splat<0xE0 - 0x80>());
+  Vec fourth = subs(earlier<3>(in, before), splat<0xF0 - 0x80>());
+  Vec must_continue = vand(vor(third, fourth), splat<0x80>());
   // two continuation bytes in a row (pairs' bit 7) exactly where one must continue
   return vxor(pairs, must_continue);
 }

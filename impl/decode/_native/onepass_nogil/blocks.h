@@ -37,22 +37,23 @@ class Block {
     for (int i = 0; i < kVectors; i++) v_[i] = load(s + i * kWidth);
   }
   Block() {  // 64 zero bytes (ASCII): what comes before the first block
-    for (int i = 0; i < kVectors; i++) v_[i] = set1(0);
+    for (int i = 0; i < kVectors; i++) v_[i] = zero();
   }
-  uint64_t eq(char c) const {
-    return mask([c](Vec x) { return cmpeq(x, set1(c)); });
+  template <char C>
+  uint64_t eq() const {
+    return mask([](Vec x) { return cmpeq(x, splat<C>()); });
   }
   uint64_t digits() const {  // '0'..'9': x - '0' is at most 9, unsigned
     return mask([](Vec x) {
-      Vec d = sub(x, set1('0'));
-      return cmpeq(min_u(d, set1(9)), d);
+      Vec d = sub(x, splat<'0'>());
+      return cmpeq(min_u(d, splat<9>()), d);
     });
   }
   uint64_t odd() const {  // a backslash, a control byte or a byte >= 0x80 (signed < 0x20)
-    return mask([](Vec x) { return bor(cmpeq(x, set1('\\')), cmpgt(set1(0x20), x)); });
+    return mask([](Vec x) { return bor(cmpeq(x, splat<'\\'>()), cmpgt(splat<0x20>(), x)); });
   }
   uint64_t control() const {  // a byte < 0x20: x is at most 0x1F, unsigned
-    return mask([](Vec x) { return cmpeq(min_u(x, set1(0x1F)), x); });
+    return mask([](Vec x) { return cmpeq(min_u(x, splat<0x1F>()), x); });
   }
   uint64_t high() const {  // a byte >= 0x80
     return mask([](Vec x) { return x; });
@@ -60,10 +61,10 @@ class Block {
   // The bytes JSON allows after a backslash but for 'u': " \ / b f n r t.
   uint64_t short_escapes() const {
     return mask([](Vec x) {
-      return bor(bor(bor(cmpeq(x, set1('"')), cmpeq(x, set1('\\'))),
-                     bor(cmpeq(x, set1('/')), cmpeq(x, set1('b')))),
-                 bor(bor(cmpeq(x, set1('f')), cmpeq(x, set1('n'))),
-                     bor(cmpeq(x, set1('r')), cmpeq(x, set1('t')))));
+      return bor(bor(bor(cmpeq(x, splat<'"'>()), cmpeq(x, splat<'\\'>())),
+                     bor(cmpeq(x, splat<'/'>()), cmpeq(x, splat<'b'>()))),
+                 bor(bor(cmpeq(x, splat<'f'>()), cmpeq(x, splat<'n'>())),
+                     bor(cmpeq(x, splat<'r'>()), cmpeq(x, splat<'t'>()))));
     });
   }
 #if defined(__AVX2__)
@@ -74,7 +75,7 @@ class Block {
     using namespace utf8_avx2;
     const Tables t{table(utf8::kFirstHigh), table(utf8::kFirstLow), table(utf8::kSecondHigh)};
     Vec low = block_errors(t, v_[0], prev.v_[1]), high = block_errors(t, v_[1], v_[0]);
-    return ~(bits(cmpeq(low, set1(0))) | bits(cmpeq(high, set1(0))) << 32);
+    return ~(bits(cmpeq(low, zero())) | bits(cmpeq(high, zero())) << 32);
   }
 #endif
 
@@ -83,7 +84,11 @@ class Block {
   using Vec = __m256i;
   static constexpr int kWidth = 32;
   static Vec load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const Vec*>(p)); }
-  static Vec set1(char c) { return _mm256_set1_epi8(c); }
+  template <char C>
+  static Vec splat() {
+    return _mm256_load_si256(reinterpret_cast<const Vec*>(Splat<uint8_t(C)>::bytes));
+  }
+  static Vec zero() { return _mm256_setzero_si256(); }
   static Vec cmpeq(Vec a, Vec b) { return _mm256_cmpeq_epi8(a, b); }
   static Vec cmpgt(Vec a, Vec b) { return _mm256_cmpgt_epi8(a, b); }
   static Vec sub(Vec a, Vec b) { return _mm256_sub_epi8(a, b); }
@@ -94,7 +99,11 @@ class Block {
   using Vec = __m128i;
   static constexpr int kWidth = 16;
   static Vec load(const uint8_t* p) { return load16(p); }
-  static Vec set1(char c) { return _mm_set1_epi8(c); }
+  template <char C>
+  static Vec splat() {
+    return _mm_load_si128(reinterpret_cast<const Vec*>(Splat<uint8_t(C)>::bytes));
+  }
+  static Vec zero() { return _mm_setzero_si128(); }
   static Vec cmpeq(Vec a, Vec b) { return _mm_cmpeq_epi8(a, b); }
   static Vec cmpgt(Vec a, Vec b) { return _mm_cmpgt_epi8(a, b); }
   static Vec sub(Vec a, Vec b) { return _mm_sub_epi8(a, b); }
@@ -167,17 +176,19 @@ inline uint64_t escaped_bytes(uint64_t backslash, uint64_t& carry) {
 struct Strings {
   uint64_t carry = 0;  // bit 0: escaped; bit 1: the previous block had a byte >= 0x80
 
-  // The quotes of `block` (the 64 bytes at `block_at`), and its bad bytes into `bad`; the 64
-  // bytes before the block are at `block_at - 64` unless `block_at` is `first` (then zeros).
-  // `Inline`: the check of a block with odd bytes is inlined (for a loop that expects them),
-  // else a call (the loop keeps its registers for the common block).
+  // The quotes of `block` (the 64 bytes at `block_at`; `odd` its block.odd(), which the
+  // caller has computed for its own test), and its bad bytes into `bad`; the 64 bytes before
+  // the block are at `block_at - 64` unless `block_at` is `first` (then zeros). `Inline`: the
+  // check of a block with odd bytes is inlined (for a loop that expects them), else a call
+  // (the loop keeps its registers for the common block).
   template <bool Inline>
-  uint64_t quotes(const Block& block, const uint8_t* block_at, const uint8_t* first,
-                  uint64_t& bad) {
-    uint64_t quote = block.eq('"');
+  [[gnu::always_inline]] uint64_t quotes(const Block& block, uint64_t odd_bytes,
+                                         const uint8_t* block_at, const uint8_t* first,
+                                         uint64_t& bad) {
+    uint64_t quote = block.eq<'"'>();
     bad = 0;
     // one mask for the common block (ASCII, no backslash, no control byte): nothing to do
-    if ((block.odd() | carry) == 0) return quote;
+    if ((odd_bytes | carry) == 0) return quote;
     const uint8_t* prev = block_at == first ? nullptr : block_at - 64;
     Odd odd = Inline ? check(block, prev, quote, carry) : check_call(block_at, prev, quote, carry);
     carry = odd.carry;
@@ -192,7 +203,7 @@ struct Strings {
   [[gnu::always_inline]] static Odd check(const Block& block, const uint8_t* prev,
                                           uint64_t quote, uint64_t carried) {
     uint64_t bad = block.control();
-    uint64_t backslash = block.eq('\\');
+    uint64_t backslash = block.eq<'\\'>();
     uint64_t carry = carried & 1;
     bool prev_high = carried & 2;
     if (backslash | carry) {

@@ -30,18 +30,18 @@ namespace nogil {
 // sees each of them. Returns where it stopped: the first byte of an element it did not
 // check (the last one, or one it doubts: the general path decides those).
 template <typename F>
-size_t naturals(const uint8_t* buf, size_t start, F&& each) {
+[[gnu::always_inline]] inline size_t naturals(const uint8_t* buf, size_t start, F&& each) {
 #if defined(__SSE2__)
   while (true) {
     const uint8_t* s = buf + start;
     Block block(s);
-    uint64_t digit = block.digits(), comma = block.eq(',');
+    uint64_t digit = block.digits(), comma = block.eq<','>();
     comma &= below_first(~(digit | comma));  // the first byte of neither kind stops it
     if (comma == 0) return start;
     int last = 63 - __builtin_clzll(comma);
     uint64_t window = through(last);
     uint64_t starts = ((comma << 1) | 1) & window;
-    uint64_t zero = block.eq('0');
+    uint64_t zero = block.eq<'0'>();
     if ((starts & comma) | (starts & zero & (digit >> 1))) return start;
     size_t first = 0;
     while (comma) {
@@ -70,7 +70,8 @@ inline size_t plain_strings(const uint8_t* buf, size_t start) {
     Block block(buf + start);
     Strings strings;  // a window starts at a quote, ends at a comma: nothing carried
     uint64_t bad;
-    uint64_t quote = strings.quotes<false>(block, buf + start, buf + start, bad), comma = block.eq(',');
+    uint64_t quote = strings.quotes<false>(block, block.odd(), buf + start, buf + start, bad);
+    uint64_t comma = block.eq<','>();
     uint64_t valid = below_first(bad);
     uint64_t inside = prefix_xor(quote);  // 1 from an opening quote up to its closing one
     uint64_t between = ~inside & ~quote & valid;  // outside every string
@@ -163,38 +164,77 @@ template <bool Wide>
   return Shape{length, dot, exp, negative};
 }
 
+// logprob_runs' second step: `each` sees the elements that end at the commas `commas` (a mask
+// a block, `blocks` blocks from `at`), the first at `first` (moved past each one taken). False
+// when `each` answered false (`first` is then that element). Out of line: its registers are
+// the numbers'.
+template <bool Wide, typename F>
+[[gnu::noinline]] bool logprob_elements(const uint8_t* buf, size_t at, const uint64_t* commas,
+                                        size_t blocks, size_t& first_out, F& each) {
+  size_t first = first_out;
+  for (size_t b = 0; b < blocks; b++, at += 64) {
+    for (uint64_t m = commas[b]; m; m &= m - 1) {
+      size_t end = at + static_cast<size_t>(__builtin_ctzll(m));
+      const uint8_t* s = buf + first;
+      if (!each(s, logprob_shape<Wide>(s, end - first))) {
+        first_out = first;
+        return false;
+      }
+      first = end + 1;
+    }
+  }
+  first_out = first;
+  return true;
+}
+
 // Elements of an array from `start` (an element's first byte) on that are numbers in the form
 // LogprobForm checks (the whole form with `Wide`, else the narrow one), separated by bare
 // commas, checked 64 bytes a block as a stream; once a block passes, `each(first, shape)`
-// sees each element its commas end. `each` returns false to stop there. Returns where it stopped: the first byte of an element
-// it did not take (the block with the array's end, or anything else, leaves the elements it
-// holds to the general path). Needs 32 readable bytes before `start`: the readers `each`
-// calls load them. The caller runs the narrow form first and the whole one where it took
-// nothing (walk.h): two loops, each as tight as its form allows.
+// sees each element its commas end. `each` returns false to stop there. Returns where it
+// stopped: the first byte of an element it did not take (the block with the array's end, or
+// anything else, leaves the elements it holds to the general path). Needs 32 readable bytes
+// before `start`: the readers `each` calls load them. The caller runs the narrow form first
+// and the whole one where it took nothing (walk.h): two loops, each as tight as its form
+// allows.
+//
+// In two steps per batch of up to kBatch blocks: the blocks are checked and their comma masks
+// kept, then `each` sees the elements (logprob_elements). One loop did both, and the block
+// check's masks (LogprobForm's five carried ones among them) took the registers the reading
+// of each number needed: it kept its own counters on the stack. The elements seen and their
+// order are the same (a block's elements only once it passed; the first `each` that answers
+// false ends it there), so the batches change what it costs, not what it takes.
 template <bool Wide, typename F>
 size_t logprob_runs(const uint8_t* buf, size_t start, F&& each) {
 #if defined(__SSE2__)
   if (start < 32) return start;
+  constexpr size_t kBatch = 16;
+  uint64_t commas[kBatch];
   uint64_t prev_comma = 1ULL << 63;  // as if a comma came before the first element
   LogprobForm form;
   size_t first = start;  // the first element not taken yet
-  for (size_t at = start;; at += 64) {
-    Block block(buf + at);
-    uint64_t digit = block.digits(), comma = block.eq(','), minus = block.eq('-');
-    uint64_t dot = block.eq('.'), e = block.eq('e'), plus = block.eq('+');
-    LogprobForm next;
-    uint64_t bad = ~(digit | comma | minus | dot | e | plus) |
-                   form.check<Wide>(buf + at, before(comma, prev_comma, 1), digit, minus, dot, e,
-                                    plus, next);
-    if (bad) return first;
-    form = next;
-    for (uint64_t ends = comma; ends; ends &= ends - 1) {
-      size_t end = at + static_cast<size_t>(__builtin_ctzll(ends));
-      const uint8_t* s = buf + first;
-      if (!each(s, logprob_shape<Wide>(s, end - first))) return first;
-      first = end + 1;
+  size_t at = start;
+  while (true) {
+    size_t blocks = 0, batch_at = at;
+    bool stopped = false;
+    for (; blocks < kBatch; blocks++, at += 64) {
+      Block block(buf + at);
+      uint64_t digit = block.digits(), comma = block.eq<','>(), minus = block.eq<'-'>();
+      uint64_t dot = block.eq<'.'>(), e = block.eq<'e'>(), plus = block.eq<'+'>();
+      LogprobForm next;
+      uint64_t bad = ~(digit | comma | minus | dot | e | plus) |
+                     form.check<Wide>(buf + at, before(comma, prev_comma, 1), digit, minus, dot,
+                                      e, plus, next);
+      if (bad) {
+        stopped = true;
+        break;
+      }
+      form = next;
+      commas[blocks] = comma;
+      prev_comma = comma;
     }
-    prev_comma = comma;
+    if (!logprob_elements<Wide>(buf, batch_at, commas, blocks, first, each) || stopped) {
+      return first;
+    }
   }
 #else
   (void)each;
@@ -213,24 +253,24 @@ struct FlatCarried {
 
 // One block of flat_objects in one form of the numbers (`Wide`), its strings' bytes checked
 // (`Odd`: the block or the one before has a backslash, a control byte or a byte >= 0x80) or
-// not (then their quotes are all the check needs). Answers the bytes that break it; when none,
-// `prev` and `resume` move past it.
+// not (then the caller has seen that it has none of those bytes and carries no escape: the
+// quotes are all the check needs); `odd` is the block's block.odd() with Odd (the caller's
+// own test computed it), else unused. Answers the bytes that break it; when none, `prev` and
+// `resume` move past it.
 template <bool Wide, bool Odd>
-[[gnu::always_inline]] inline uint64_t flat_block(const Block& block, const uint8_t* buf,
-                                                  size_t start, size_t at, size_t& resume,
-                                                  FlatCarried& prev) {
+[[gnu::always_inline]] inline uint64_t flat_block(const Block& block, uint64_t odd,
+                                                  const uint8_t* buf, size_t start, size_t at,
+                                                  size_t& resume, FlatCarried& prev) {
   Strings strings = prev.strings;
   uint64_t in_strings = 0;
-  uint64_t quote = Odd ? strings.quotes<true>(block, buf + at, buf + start, in_strings)
-                       : block.eq('"');
+  uint64_t quote = Odd ? strings.quotes<true>(block, odd, buf + at, buf + start, in_strings)
+                       : block.eq<'"'>();
   uint64_t inside = prefix_xor(quote) ^ prev.inside;  // an opening quote and its bytes
-  // without Odd, a block that needs its strings checked is one to check again with it
-  if (!Odd) in_strings = (block.odd() & inside) | strings.carry;
   uint64_t out = ~(inside | quote);
-  uint64_t open = block.eq('{') & out, close = block.eq('}') & out;
-  uint64_t comma = block.eq(',') & out, colon = block.eq(':') & out;
-  uint64_t digit = block.digits() & out, minus = block.eq('-') & out;
-  uint64_t dot = block.eq('.') & out, e = block.eq('e') & out, plus = block.eq('+') & out;
+  uint64_t open = block.eq<'{'>() & out, close = block.eq<'}'>() & out;
+  uint64_t comma = block.eq<','>() & out, colon = block.eq<':'>() & out;
+  uint64_t digit = block.digits() & out, minus = block.eq<'-'>() & out;
+  uint64_t dot = block.eq<'.'>() & out, e = block.eq<'e'>() & out, plus = block.eq<'+'>() & out;
   uint64_t number = digit | minus | dot | e | plus;
   uint64_t object = prefix_xor(open | close) ^ prev.object;  // a '{' up to before its '}'
   uint64_t opens = quote & inside;
@@ -268,11 +308,12 @@ template <bool Wide>
   bool plain = false;
   while (true) {
     Block block(buf + block_at);
-    if (block_at != at && (block.odd() | here.strings.carry) == 0) {
+    uint64_t odd = block.odd();
+    if (block_at != at && (odd | here.strings.carry) == 0) {
       plain = true;
       break;
     }
-    if (flat_block<Wide, true>(block, buf, start, block_at, resume_at, here)) break;
+    if (flat_block<Wide, true>(block, odd, buf, start, block_at, resume_at, here)) break;
     block_at += 64;
   }
   prev = here;
@@ -281,15 +322,24 @@ template <bool Wide>
   return plain;
 }
 
-// flat_block's common case from the block at `at` on, until a block it cannot pass (`at` is
-// then that block, `prev` and `resume` as before it). Out of line, with no call in its loop
-// and its state in locals: its registers stay on the blocks.
+// flat_block's common case from the block at `at` on, until a block with odd bytes (a
+// backslash, a control byte, a byte >= 0x80, or an escape carried in: flat_odd_blocks checks
+// it) or one it cannot pass (`at` is then that block, `prev` and `resume` as before it). The
+// odd bytes are looked for first, anywhere in the block: outside strings they break the
+// block in either path, so which path checks it changes what it costs, not what passes; a
+// block with them is not checked here first only to be checked again there. Out of line,
+// with no call in its loop and its state in locals: its registers stay on the blocks.
 template <bool Wide>
 [[gnu::noinline]] void flat_plain_blocks(const uint8_t* buf, size_t start, size_t& at,
                                          size_t& resume, FlatCarried& prev) {
   FlatCarried here = prev;
   size_t block_at = at, resume_at = resume;
-  while (!flat_block<Wide, false>(Block(buf + block_at), buf, start, block_at, resume_at, here)) {
+  while (true) {
+    Block block(buf + block_at);
+    if ((block.odd() | here.strings.carry) != 0 ||
+        flat_block<Wide, false>(block, 0, buf, start, block_at, resume_at, here)) {
+      break;
+    }
     block_at += 64;
   }
   prev = here;

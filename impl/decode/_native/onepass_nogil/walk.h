@@ -308,13 +308,15 @@ struct ByteWalker {
   // when one of them does not fit int32.
   bool bulk_int32(std::vector<int32_t>& out) {
     if (!is_digit(peek())) return true;
-    bool fits = true;
+    uint64_t high = 0;  // the bits of every id above int32's, or'ed
     go(naturals(buf, pos, [&](const uint8_t* s, size_t length) {
-      uint64_t value = digits19(s, length);
-      fits &= value <= INT32_MAX;
+      // an id has at most 6 digits in every vocabulary we know: one word (digits8), a
+      // branch that never changes its mind; naturals hands over at most 18 digits
+      uint64_t value = length <= 8 ? digits8(s, static_cast<unsigned>(length)) : digits19(s, length);
+      high |= value >> 31;
       out.push_back(static_cast<int32_t>(value));
     }));
-    return fits;
+    return high == 0;
   }
 
   // Kept logprobs in bulk (the reader's logprob array calls it before each one it reads
@@ -341,11 +343,17 @@ struct ByteWalker {
                                                   std::vector<float>& out) {
     double value;
     if (!checked_logprob_double<wide>(s, sh.len, sh.dot, sh.exp, sh.negative, value) &&
-        !shaped_double(s, sh.len, sh, value)) {
+        !general_double(s, sh.len, value)) {
       return false;
     }
     out.push_back(static_cast<float>(value));  // double, then float32
     return true;
+  }
+  // The general reader out of line, from the bytes: what checked_logprob_double leaves (~1 in
+  // 512 roundings, more than 19 significant digits) is rare, and inline its code (and the
+  // Shape it would take, kept in memory for it) took registers and stores from the common path.
+  [[gnu::noinline]] static bool general_double(const uint8_t* s, size_t len, double& out) {
+    return finite_double(s, len, out);
   }
 
   template <typename F>
