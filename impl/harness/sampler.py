@@ -73,12 +73,9 @@ def settle(url: str, limit: float, *, interval: float = 0.5) -> dict[str, Any]:
     and after, and the seconds it waited (0 when below the bound at once)."""
 
     def stored() -> int | None:
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            status, body, _ = probe(url + "/healthz")
-            if status == 200 and isinstance(body, dict):
-                value = (body.get("store") or {}).get("stored_bytes")
-                return value if isinstance(value, int) else None
-        return None
+        body = fetch_json(url + "/healthz")
+        value = (body.get("store") or {}).get("stored_bytes") if isinstance(body, dict) else None
+        return value if isinstance(value, int) else None
 
     started = time.monotonic()
     before = now = stored()

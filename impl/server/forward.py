@@ -213,13 +213,14 @@ class Admission:
     the answer has none; a second answer (the retry after a 5xx) first gives the first one's
     share back. `settle` replaces the hold by the size really read; `release` ends it.
 
-    A body is held once while it is read: every pool keeps the chunks read so far and joins
-    them into one `bytes` when the last arrives (`b"".join`, synchronous on the event loop that
-    read them). The join's second copy exists for one body at a time per loop (the server's,
-    each fetch process's) and only while it runs, so the bound is the budget plus one body per
-    loop, like the decoded arrays, which the budget does not count either. (Until issue 30's
-    second round the hold was twice the length for the whole read, and in fetch processes until
-    the answer: 128 MiB let ~3.7 bodies of 17 MB in at once where ~7.5 fit.)"""
+    A body is held once while it is read: every pool keeps what it read so far (its chunks, or
+    aiohttp's one buffer for a long answer) and makes one `bytes` of it when the last byte
+    arrives (a join or a copy, synchronous on the event loop that read it). That second copy
+    exists for one body at a time per loop (the server's, each fetch process's) and only while
+    it runs, so the bound is the budget plus one body per loop, like the decoded arrays, which
+    the budget does not count either. (Until issue 30's second round the hold was twice the
+    length for the whole read, and in fetch processes until the answer: 128 MiB let ~3.7
+    bodies of 17 MB in at once where ~7.5 fit.)"""
 
     __slots__ = ("budget", "expected", "held", "holding")
 
