@@ -25,18 +25,21 @@ renderings at 262144, 2 rounds (a call taking >= 0.1 s is timed once: the parity
 from __future__ import annotations
 
 import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 import timeit
 from typing import Any
 
 from impl import registry
 from impl.bench._common import Section
-from impl.decode import Completion, DecodeError
+from impl.bench.decode_timing import (
+    SLOW_CALL,
+    VERY_SLOW_CALL,
+    features_seconds,
+    paired,
+    peak_memory,
+    time_decoder,
+)
+from impl.decode import Completion
 from impl.decode._features import classify
 from impl.decode.parity import same
 from impl.harness import realtext
@@ -64,115 +67,8 @@ QUICK_INPUTS = (
     *((LARGEST_TOKENS, "mixed", how) for how in realtext.RENDERS),
 )
 MEMORY_TOKENS = LARGEST_TOKENS
-#: A call at least this long is timed over fewer rounds (its timer noise is already small).
-SLOW_CALL = 0.1
-#: ... and one at least this long (a Python parser on a 20 MB body) by the parity call alone
-VERY_SLOW_CALL = 0.25
 #: label -> {implementation: median seconds} of the last `run` in this process.
 LAST_SECONDS: dict[str, dict[str, float]] = {}
-
-
-def _time(
-    decoder: Any, body: bytes, quick: bool, full: bool = False
-) -> tuple[float, float, Completion | None]:
-    """Median and best seconds per call of further calls, and the result (parity, warm-up)."""
-    try:
-        start = time.perf_counter()
-        result = decoder.decode(body)
-        first = time.perf_counter() - start
-    except DecodeError:
-        return float("nan"), float("nan"), None
-    if (quick and first >= SLOW_CALL) or (not full and first >= VERY_SLOW_CALL):
-        return first, first, result  # a slow call is timed once: the parity call itself
-    number, rounds, min_time = 1, 2 if quick else 5, 0.01 if quick else 0.04
-    while True:  # calls per round: enough for `min_time`, so small bodies are not all timer
-        start = time.perf_counter()
-        for _ in range(number):
-            decoder.decode(body)
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time or number >= 1 << 16:
-            break
-        number *= 2
-    samples = [elapsed / number]
-    if samples[0] >= SLOW_CALL and not full:
-        rounds = 1 if quick else 3
-    for _ in range(rounds - 1):
-        start = time.perf_counter()
-        for _ in range(number):
-            decoder.decode(body)
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples), min(samples), result
-
-
-def _paired(a: Any, b: Any, body: bytes, quick: bool) -> tuple[float, float, float]:
-    """Best seconds per call of a.decode and b.decode, and the median of a/b per round.
-
-    Rounds alternate which goes first; each round times both back to back, so a round's ratio
-    is taken under the same conditions for both. On a shared machine the time per call drifts
-    (the same decoder object, 15.3 and 18.0 ms in two runs a second apart on a 20 MB body), so
-    the ratio of the two bests moves by +-10% even between two objects of one decoder; the
-    median of the per-round ratios stayed within 0.99-1.01 in the same runs.
-    """
-    number, rounds = 1, 5 if quick else 31
-    while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            b.decode(body)
-        if time.perf_counter() - start >= 0.005 or number >= 1 << 16:
-            break
-        number *= 2
-    best = [float("inf"), float("inf")]
-    ratios = []
-    for round_ in range(rounds):
-        took = [0.0, 0.0]
-        for i in (0, 1) if round_ % 2 else (1, 0):
-            start = time.perf_counter()
-            for _ in range(number):
-                (a, b)[i].decode(body)
-            took[i] = (time.perf_counter() - start) / number
-            best[i] = min(best[i], took[i])
-        ratios.append(took[0] / took[1])
-    return best[0], best[1], statistics.median(ratios)
-
-
-def _features_seconds(body: bytes) -> float:
-    """Best seconds per `classify(body)`: what auto pays where the class decides its pick."""
-    return min(timeit.repeat(lambda: classify(body), number=200, repeat=5)) / 200
-
-
-_MEMORY_SCRIPT = """
-import sys
-from impl import registry
-
-def peak():  # VmHWM: this process's peak RSS (ru_maxrss would include the parent's, from fork)
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
-
-body = open(sys.argv[2], "rb").read()
-decoder = registry.create("decode", sys.argv[1])
-decoder.decode(b'{"choices":[{"index":0,"token_ids":[1],"logprobs":{"token_logprobs":[-1.0]}}]}')
-before = peak()
-result = decoder.decode(body)
-print(peak() - before)
-"""
-
-
-def peak_memory(names: list[str], body: bytes) -> dict[str, int | None]:
-    """Peak RSS growth (bytes) of one decode of `body`, each implementation in its own process."""
-    out: dict[str, int | None] = {}
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        f.write(body)
-        f.flush()
-        for name in names:
-            proc = subprocess.run(
-                [sys.executable, "-c", _MEMORY_SCRIPT, name, f.name],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                env={**os.environ},
-            )
-            out[name] = int(proc.stdout.strip()) if proc.returncode == 0 else None
-    return out
 
 
 def run(quick: bool, full: bool = False) -> Section:
@@ -193,7 +89,9 @@ def run(quick: bool, full: bool = False) -> Section:
         print(f"  {label} ({len(body) / 1e6:.2f} MB)", file=sys.stderr, flush=True)
         times, bests, results = {}, {}, {}
         for name in names:
-            times[name], bests[name], results[name] = _time(decoders[name], body, quick, full)
+            times[name], bests[name], results[name] = time_decoder(
+                decoders[name], body, quick, full
+            )
         want = expected[label] = results[reference]
         parity = {
             name: want is not None and results[name] is not None and same(results[name], want)
@@ -205,7 +103,7 @@ def run(quick: bool, full: bool = False) -> Section:
                 "input": label,
                 "size_bytes": len(body),
                 "features": classify(body),
-                "features_seconds": _features_seconds(body),
+                "features_seconds": features_seconds(body),
                 "cost": cost,
             }
         )
@@ -221,11 +119,11 @@ def run(quick: bool, full: bool = False) -> Section:
     for row in measurements:
         tokens, kind, how, body = bodies[row["input"]]
         fastest = min(row["cost"], key=row["cost"].get)
-        median, best, result = _time(auto, body, quick, full)
+        median, best, result = time_decoder(auto, body, quick, full)
         chosen = auto.choose(body)  # by size, and by the body's feature class where that pays
         # Against the very object auto delegates to: the difference is the dispatch alone.
         direct = auto.decoder_for(body) if chosen == fastest else decoders[fastest]
-        seconds, beside, ratio = _paired(auto, direct, body, quick)
+        seconds, beside, ratio = paired(auto, direct, body, quick)
         # what auto adds to the call it delegates: `bisect`, and the feature class where it counts
         dispatch = min(timeit.repeat(lambda b=body: auto.decoder_for(b), number=2000, repeat=5))
         dispatch /= 2000
