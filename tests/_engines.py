@@ -23,6 +23,16 @@ def params() -> list:
     ]
 
 
+def embedded_engine() -> str:
+    """The engine `hotpath serve --workers N` runs here: redis, else valkey (embedded.binary)."""
+    return "redis" if "redis" in embedded.binaries() else "valkey"
+
+
+def is_engine(process_name: str) -> bool:
+    """A process of either engine (redis-server, valkey-server), by its name."""
+    return process_name.startswith(("redis-server", "valkey-server"))
+
+
 def start(name: str, *extra: str) -> embedded.EmbeddedRedis:
     """Engine `name` on a unix socket in a temp dir (stop it by PID with `.stop()`)."""
     return embedded.start(server=embedded.binaries()[name], extra=extra)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from _engines import is_engine
 from _faults import (
     OwnStore,
     RssWatch,
@@ -211,7 +212,7 @@ def test_the_store_is_stalled_and_continued(router, tmp_path):
 def test_the_embedded_store_is_killed(router):
     with start_server(router.url, "--workers", "2") as server:
         before = _serve_processes(server.pid)
-        (store,) = [p for p in psutil.Process(server.pid).children() if "redis" in p.name()]
+        (store,) = [p for p in psutil.Process(server.pid).children() if is_engine(p.name())]
         rss, run = _under_load(server, router)
         killed = time.monotonic()
         store.kill()

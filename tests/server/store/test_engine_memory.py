@@ -107,7 +107,7 @@ def test_asample_answers_503_when_the_engine_is_full_and_nothing_is_lost(upstrea
     stored starts their 1 s retrieved TTL; as they expire the waiting finishes land, and all 16
     results are served whole: none stored was lost, none computed was dropped. Then asample is
     accepted again."""
-    server = _full_engine("redis", 4 << 20)
+    server = _full_engine(_engines.embedded_engine(), 4 << 20)
     args = ("--store", server.url, "--retrieved-ttl", "1", "--retry-after", "1")
     try:
         with start_server(upstream.url, *args) as process:
@@ -158,7 +158,7 @@ def test_asample_answers_503_when_the_engine_is_full_and_nothing_is_lost(upstrea
 def test_asample_answers_429_at_max_result_bytes_before_the_engine_fills(upstream):
     """--max-result-bytes below the engine's room: asample answers 429 once the results stored
     in the shared store reach it (the engine never refuses), and the results are served."""
-    server = _engines.start("redis", *embedded.memory_options(2 << 20))
+    server = _engines.start(_engines.embedded_engine(), *embedded.memory_options(2 << 20))
     prefix = f"q{uuid.uuid4().hex[:6]}:"
     args = ("--store", server.url, "--store-prefix", prefix, "--max-result-bytes", str(2 << 20))
     try:
