@@ -23,14 +23,19 @@ def params() -> list:
     ]
 
 
+#: the engines' server processes, by name
+PROCESSES = ("redis-server", "valkey-server")
+
+
 def embedded_engine() -> str:
-    """The engine `hotpath serve --workers N` runs here: redis, else valkey (embedded.binary)."""
-    return "redis" if "redis" in embedded.binaries() else "valkey"
+    """The engine `hotpath serve --workers N` runs here: the one `embedded.binary()` picks."""
+    binary = embedded.binary()
+    return next(name for name, path in embedded.binaries().items() if path == binary)
 
 
 def is_engine(process_name: str) -> bool:
-    """A process of either engine (redis-server, valkey-server), by its name."""
-    return process_name.startswith(("redis-server", "valkey-server"))
+    """A process of either engine, by its name."""
+    return process_name.startswith(PROCESSES)
 
 
 def start(name: str, *extra: str) -> embedded.EmbeddedRedis:
