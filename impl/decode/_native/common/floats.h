@@ -197,8 +197,8 @@ inline void digits32(const uint8_t* end, size_t keep, uint64_t& high, uint64_t& 
       0xFF, 0xFF, 0xFF, 0xFF};
   __m256i mask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTail + keep));
   __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(end - 32));
-  const __m256i zero = _mm256_load_si256(reinterpret_cast<const __m256i*>(Splat<'0'>::bytes));
-  v = _mm256_and_si256(_mm256_sub_epi8(v, zero), mask);                   // digit values
+  const __m256i ascii_zero = _mm256_load_si256(reinterpret_cast<const __m256i*>(Splat<'0'>::bytes));
+  v = _mm256_and_si256(_mm256_sub_epi8(v, ascii_zero), mask);              // digit values
   v = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x010A));                  // 2 digits
   v = _mm256_madd_epi16(v, _mm256_set1_epi32(0x00010064));                 // 4 digits
   v = _mm256_packus_epi32(v, v);
