@@ -837,3 +837,89 @@ def test_avx2_build_imported_only_where_the_cpu_runs_it(monkeypatch):
     with pytest.raises(ImportError, match="lacks AVX2"):
         importlib.import_module("impl.decode.onepass_nogil_avx2")
     assert "impl.decode._onepass_nogil_avx2" not in sys.modules
+
+
+# (tokens[i], token_logprobs[i], top_logprobs[i]): a first member that repeats the token and
+# its logprob byte for byte (onepass_nogil's echoed_objects takes it as it is), one that almost
+# does, and alternatives after it, valid or not
+ECHOES = [
+    (b'"a"', b"-0.5", b'{"a":-0.5}'),
+    (b'"\\""', b"-0.5", b'{"\\"":-0.5}'),
+    (b'"\\\\"', b"-0.5", b'{"\\\\":-0.5}'),
+    (b'"\\",x"', b"-0.5", b'{"\\",x":-0.5}'),
+    (b'"\\"', b"-0.5", b'{"\\":-0.5}'),  # the token itself is not a string
+    (b'"\\""', b"-0.5", b'{"\\":-0.5}'),
+    (b'"\xc3\xa9\\u00e9"', b"-0.5", b'{"\xc3\xa9\\u00e9":-0.5}'),
+    (b'"\xc3"', b"-0.5", b'{"\xc3":-0.5}'),
+    (b'"a"', b"null", b'{"a":null}'),
+    (b'"a"', b"-12", b'{"a":-12}'),
+    (b'"a"', b" -0.5 ", b'{"a": -0.5 }'),
+    (b'"a"', b" -0.5 ", b'{"a":-0.5}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5 }'),
+    (b'"a"', b"-0.5", b'{"a":-0.50}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5e}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5}}'),
+    (b'"a"', b"-0.5", b'{"ab":-0.5}'),
+    (b'"a"', b"-0.5", b'{"a",-0.5}'),
+    (b'"a"', b"-0.5", b'{"a"-0.5}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b":-1.5}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b":-1.5,"c":-9999.0}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5, "b" : -1.5 }'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b":{"c":[1,2.5,"d"]},"e":true}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b":-1.5,}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b"}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b":-1.5e}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b":01}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b\x01":-1.5}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"\xc3":-1.5}'),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b":' + b"[" * 70 + b"]" * 70 + b"}"),
+    (b'"a"', b"-0.5", b'{"a":-0.5,"b":' + b"1" * 5000 + b"}"),
+    (b'"a"', b"-0.5", b'["a",-0.5]'),
+]
+
+
+def _echo_body(
+    tokens: list[bytes], logprobs: list[bytes], top: list[bytes], tokens_last: bool = False
+) -> bytes:
+    """A vllm body whose logprobs arrays are these elements' bytes joined by bare commas, in
+    vLLM's order (or with `tokens` after top_logprobs)."""
+    body = bodies.body_for(40, kind="vllm", seed=23)
+    head, rest = body.split(b'"token_logprobs":[', 1)
+    tail = rest.split(b"}]},", 1)[1]
+    arrays = [
+        b'"token_logprobs":[%s]' % b",".join(logprobs),
+        b'"tokens":[%s]' % b",".join(tokens),
+        b'"top_logprobs":[%s]' % b",".join(top),
+    ]
+    if tokens_last:
+        arrays.append(arrays.pop(1))
+    return head + b",".join(arrays) + b"}," + tail
+
+
+@pytest.mark.parametrize("where", [0, 3, 38, 39])
+def test_top_logprobs_that_repeat_tokens(where, compiled):
+    """A top_logprobs element whose first member repeats (or almost repeats) its position's
+    token and logprob, the alternatives after it valid or not, at the first, a middle, the
+    last but one and the last position; and the same bodies with `tokens` one element short,
+    cut inside that element, or with `tokens` after top_logprobs: the reference's answer."""
+    body = bodies.body_for(40, kind="vllm", seed=23)
+    logprobs = json.loads(body)["choices"][0]["logprobs"]
+    tokens = [json.dumps(t, ensure_ascii=False).encode() for t in logprobs["tokens"]]
+    values = [repr(v).encode() for v in logprobs["token_logprobs"]]
+    top = [
+        json.dumps(d, separators=(",", ":"), ensure_ascii=False).encode()
+        for d in logprobs["top_logprobs"]
+    ]
+    assert _echo_body(tokens, values, top) == body
+    answered = 0
+    for token, value, element in ECHOES:
+        t, v, e = list(tokens), list(values), list(top)
+        t[where], v[where], e[where] = token, value, element
+        case = _echo_body(t, v, e)
+        answered += as_the_reference(compiled, case)
+        as_the_reference(compiled, _echo_body(t[:-1], v, e))
+        as_the_reference(compiled, _echo_body(t, v, e, tokens_last=True))
+        cut = case.index(element, case.index(b'"top_logprobs"'))
+        for length in range(len(element)):
+            as_the_reference(compiled, case[: cut + length])
+    assert answered >= 15  # the valid ones answered by the fast path itself

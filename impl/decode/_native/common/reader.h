@@ -74,6 +74,7 @@ struct Reader : Walker {
   using Walker::array;
   using Walker::object;
   using Walker::skip;
+  using Walker::skip_top_logprobs;
   using Walker::integer;
   using Walker::number;
   using Walker::string;
@@ -96,13 +97,20 @@ struct Reader : Walker {
     if (take_null()) return true;
     if (peek() != '{') return false;
     bool seen = false;
+    size_t tokens_at = 0, logprobs_at = 0;  // where `tokens` and `token_logprobs` start, once seen
     return object(4, [&](std::string_view key, bool escaped) {
       if (escaped) return false;
+      if (key == "tokens") {
+        tokens_at = pos;
+        return skip(4);
+      }
+      if (key == "top_logprobs") return skip_top_logprobs(4, tokens_at, logprobs_at);
       if (key != "token_logprobs") return skip(4);
       if (seen) return false;
       seen = true;
       if (take_null()) return true;
       if (peek() != '[') return false;
+      logprobs_at = pos;
       choice.logprobs.reserve(elements_bound());
       return array(5, [&] {
         bulk_logprobs(choice.logprobs);

@@ -29,6 +29,7 @@
 #include "../common/shapes.h"
 #include "../common/utf8.h"
 #include "bulk.h"
+#include "echo.h"
 
 namespace nogil {
 
@@ -38,6 +39,11 @@ struct ByteWalker {
   const Request& rq;
   uint8_t* closers;  // skip()'s stack: the closing byte of each open container, by depth
   size_t pos = 0;  // always at a byte other than whitespace (or at len)
+  // While skip_top_logprobs checks a top_logprobs array (at depth `depth`; 0: none): the next
+  // elements of the `tokens` and `token_logprobs` arrays its objects may repeat (echo.h).
+  struct Echo {
+    size_t tokens = 0, logprobs = 0, depth = 0;
+  } echo;
 
   uint8_t peek() const { return buf[pos]; }
   void ws() {
@@ -257,10 +263,13 @@ struct ByteWalker {
       } else
 #endif
       {
-        bulk = c == '"'     ? plain_strings(buf, pos)
-               : c == '{'   ? flat_objects(buf, pos)
-               : is_digit(c) ? naturals(buf, pos, [](const uint8_t*, size_t) {})
-                             : pos;
+        if (c == '{' && depth == echo.depth) bulk = echoed_objects();
+        if (bulk == pos) {
+            bulk = c == '"'     ? plain_strings(buf, pos)
+                 : c == '{'   ? flat_objects(buf, pos)
+                 : is_digit(c) ? naturals(buf, pos, [](const uint8_t*, size_t) {})
+                               : pos;
+        }
         if (bulk == pos && (c == '-' || is_digit(c))) {
           auto any = [](const uint8_t*, const Shape&) { return true; };
           bulk = logprob_runs<false>(buf, pos, any);
@@ -302,6 +311,11 @@ struct ByteWalker {
     goto after;
   }
 
+
+  // top_logprobs, checked first against the tokens and logprobs the walk has checked: echo.h.
+  bool skip_top_logprobs(size_t depth, size_t tokens_at, size_t logprobs_at);
+  size_t echoed_objects();
+  bool more_members(size_t depth);
 
   // Token ids in bulk (the reader's int32_array calls it before each id it reads itself):
   // whole windows of naturals from pos into `out`, stopping at an id it did not take. False
@@ -395,3 +409,5 @@ struct ByteWalker {
 };
 
 }  // namespace nogil
+
+#include "echo_walk.h"  // ByteWalker's top_logprobs methods, which need it whole

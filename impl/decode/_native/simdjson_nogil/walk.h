@@ -121,6 +121,9 @@ struct IndexWalker {
     }
   }
 
+  // top_logprobs: skip(depth) (the byte walk's shortcut for it has no use for an index).
+  bool skip_top_logprobs(size_t depth, size_t, size_t) { return skip(depth); }
+
   // Validates the value at pos (inside a container at `depth`) and steps over it: one loop,
   // containers on `closers`, as Python's json would accept it, nesting up to max_depth.
   bool skip(size_t depth) {
