@@ -77,6 +77,22 @@ inline size_t ByteWalker::echoed_objects() {
 // The members after the first of an object at `depth` (pos at the ',' after the first), each
 // checked as skip checks it; true with pos at the closing brace.
 inline bool ByteWalker::more_members(size_t depth) {
+  // vLLM's own layout first, `,"key":number` with no whitespace: the string and the number
+  // checked by what skip_string and skip_scalar call, without their steps over whitespace;
+  // from a member it doubts, the loop below (which decides) takes over
+  size_t p = pos;
+  while (buf[p] == ',' && buf[p + 1] == '"') {
+    size_t end, length;
+    bool escaped;
+    Shape sh;
+    if (!string_at(p + 1, end, escaped) || buf[end] != ':' ||
+        !number_token(buf + end + 1, length, sh) ||
+        (sh.integer() && sh.int_digits() > rq.max_int_digits)) {
+      break;
+    }
+    p = end + 1 + length;
+  }
+  go(p);
   while (peek() == ',') {
     step();
     if (peek() != '"' || !skip_string() || peek() != ':') return false;
