@@ -10,8 +10,8 @@
 // member that repeats a string and a value the walk has checked is valid without checking its
 // bytes again: finding where the two checked elements end and comparing is the whole check.
 //
-// Reads: 16 bytes from each position a helper is given (within the body's readable padding
-// for any position at or before its end).
+// Reads: 16 bytes (32 in the spans' AVX2 path) from each position a helper is given, within the
+// body's readable padding for any position at or before its end.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +77,57 @@ inline bool same_bytes(const uint8_t* a, const uint8_t* b, size_t n) {
 #else
   return std::memcmp(a, b, n) == 0;
 #endif
+}
+
+// A checked element of `tokens` or `token_logprobs` beside the bytes its top_logprobs member
+// should repeat: its length, and whether those bytes are the same.
+struct Span {
+  size_t length;
+  bool same;
+};
+
+// The string at t (its opening quote; checked) through its closing quote, beside the bytes at k
+// (before `end`, the body's end). In the AVX2 build a string of up to 31 bytes after its
+// opening quote with no backslash (nearly every token) is found and compared from one 32-byte
+// load at each; the others, and the baseline build, take checked_string_end and same_bytes.
+inline Span string_span(const uint8_t* t, const uint8_t* k, const uint8_t* end) {
+#if defined(__AVX2__)
+  __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t));
+  __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k));
+  uint32_t stops = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_or_si256(
+                       _mm256_cmpeq_epi8(a, _mm256_set1_epi8('"')),
+                       _mm256_cmpeq_epi8(a, _mm256_set1_epi8('\\'))))) &
+                   ~1u;  // not the opening quote
+  if (stops != 0) {
+    unsigned at = static_cast<unsigned>(__builtin_ctz(stops));
+    if (t[at] == '"') {
+      uint32_t differ = ~static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, b)));
+      uint32_t bytes = at == 31 ? ~0u : (2u << at) - 1;  // through the closing quote
+      return Span{at + size_t{1}, (differ & bytes) == 0};
+    }
+  }
+#endif
+  size_t length = static_cast<size_t>(checked_string_end(t) - t);
+  return Span{length, k + length < end && same_bytes(k, t, length)};
+}
+
+// The element at u of `token_logprobs` (a number or null; checked) up to the ',' or ']' after
+// it, beside the bytes at v (before `end`). In the AVX2 build an element of up to 31 bytes is
+// found and compared from one 32-byte load at each; the others take scalar_end and same_bytes.
+inline Span scalar_span(const uint8_t* u, const uint8_t* v, const uint8_t* end) {
+#if defined(__AVX2__)
+  __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u));
+  __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
+  uint32_t stops = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_or_si256(
+      _mm256_cmpeq_epi8(a, _mm256_set1_epi8(',')), _mm256_cmpeq_epi8(a, _mm256_set1_epi8(']')))));
+  if (stops != 0) {
+    unsigned at = static_cast<unsigned>(__builtin_ctz(stops));
+    uint32_t differ = ~static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, b)));
+    return Span{at, (differ & ((1u << at) - 1)) == 0};  // at <= 31
+  }
+#endif
+  size_t length = static_cast<size_t>(scalar_end(u) - u);
+  return Span{length, v + length < end && same_bytes(v, u, length)};
 }
 
 }  // namespace nogil

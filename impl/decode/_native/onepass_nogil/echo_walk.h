@@ -43,11 +43,13 @@ inline size_t ByteWalker::echoed_objects() {
   unsigned misses = 0;
   // t at a string (an element of a checked array), u at a number or null
   while (buf[at] == '{' && buf[t] == '"' && (buf[u] == '-' || is_digit(buf[u]) || buf[u] == 'n')) {
-    size_t key = static_cast<size_t>(checked_string_end(buf + t) - (buf + t));
-    size_t value = static_cast<size_t>(scalar_end(buf + u) - (buf + u));
-    size_t after = at + 2 + key + value;  // the byte after the first member
-    if (after < len && same_bytes(buf + at + 1, buf + t, key) && buf[at + 1 + key] == ':' &&
-        same_bytes(buf + at + 2 + key, buf + u, value)) {
+    const uint8_t* end = buf + len;
+    Span key = string_span(buf + t, buf + at + 1, end);
+    size_t v = at + 2 + key.length;  // where the first member's value would start
+    Span value = v < len ? scalar_span(buf + u, buf + v, end)
+                         : Span{static_cast<size_t>(scalar_end(buf + u) - (buf + u)), false};
+    size_t after = v + value.length;  // the byte after the first member
+    if (key.same && buf[v - 1] == ':' && value.same && after < len) {
       if (buf[after] == ',') {  // the alternatives
         pos = after;
         if (!more_members(echo.depth + 1)) break;
@@ -65,9 +67,9 @@ inline size_t ByteWalker::echoed_objects() {
     if (buf[after] != ',') break;  // the last element (or whitespace) goes to the walk
     at = after + 1;
     taken = at;
-    if (buf[t + key] != ',' || buf[u + value] != ',') break;  // tokens or token_logprobs ended
-    t += key + 1;
-    u += value + 1;
+    if (buf[t + key.length] != ',' || buf[u + value.length] != ',') break;  // one of them ended
+    t += key.length + 1;
+    u += value.length + 1;
   }
   echo.depth = 0;
   pos = start;
