@@ -1,5 +1,5 @@
 // impl.decode._onepass_nogil's byte helpers for top_logprobs objects that repeat what the walk
-// has checked already (ByteWalker::echoed_objects, walk.h).
+// has checked already (ByteWalker::echoed_objects, echo_walk.h).
 //
 // vLLM writes, for each position i of a completion, `tokens[i]`, `token_logprobs[i]` and the
 // first member of `top_logprobs[i]` from one Logprob, through one function and one JSON
@@ -86,24 +86,35 @@ struct Span {
   bool same;
 };
 
+#if defined(__AVX2__)
+// The 32 bytes at a and at b: bit i of `stops` set where byte i of a is x or y, of `differ`
+// where the two differ.
+struct Bytes32 {
+  uint32_t stops, differ;
+};
+inline Bytes32 bytes32(const uint8_t* a, const uint8_t* b, char x, char y) {
+  __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+  __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+  __m256i stop = _mm256_or_si256(_mm256_cmpeq_epi8(va, _mm256_set1_epi8(x)),
+                                 _mm256_cmpeq_epi8(va, _mm256_set1_epi8(y)));
+  return Bytes32{static_cast<uint32_t>(_mm256_movemask_epi8(stop)),
+                 ~static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(va, vb)))};
+}
+#endif
+
 // The string at t (its opening quote; checked) through its closing quote, beside the bytes at k
 // (before `end`, the body's end). In the AVX2 build a string of up to 31 bytes after its
 // opening quote with no backslash (nearly every token) is found and compared from one 32-byte
 // load at each; the others, and the baseline build, take checked_string_end and same_bytes.
 inline Span string_span(const uint8_t* t, const uint8_t* k, const uint8_t* end) {
 #if defined(__AVX2__)
-  __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t));
-  __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k));
-  uint32_t stops = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_or_si256(
-                       _mm256_cmpeq_epi8(a, _mm256_set1_epi8('"')),
-                       _mm256_cmpeq_epi8(a, _mm256_set1_epi8('\\'))))) &
-                   ~1u;  // not the opening quote
+  Bytes32 b = bytes32(t, k, '"', '\\');
+  uint32_t stops = b.stops & ~1u;  // not the opening quote
   if (stops != 0) {
     unsigned at = static_cast<unsigned>(__builtin_ctz(stops));
     if (t[at] == '"') {
-      uint32_t differ = ~static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, b)));
       uint32_t bytes = at == 31 ? ~0u : (2u << at) - 1;  // through the closing quote
-      return Span{at + size_t{1}, (differ & bytes) == 0};
+      return Span{at + size_t{1}, (b.differ & bytes) == 0};
     }
   }
 #endif
@@ -116,14 +127,10 @@ inline Span string_span(const uint8_t* t, const uint8_t* k, const uint8_t* end) 
 // found and compared from one 32-byte load at each; the others take scalar_end and same_bytes.
 inline Span scalar_span(const uint8_t* u, const uint8_t* v, const uint8_t* end) {
 #if defined(__AVX2__)
-  __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u));
-  __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
-  uint32_t stops = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_or_si256(
-      _mm256_cmpeq_epi8(a, _mm256_set1_epi8(',')), _mm256_cmpeq_epi8(a, _mm256_set1_epi8(']')))));
-  if (stops != 0) {
-    unsigned at = static_cast<unsigned>(__builtin_ctz(stops));
-    uint32_t differ = ~static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, b)));
-    return Span{at, (differ & ((1u << at) - 1)) == 0};  // at <= 31
+  Bytes32 b = bytes32(u, v, ',', ']');
+  if (b.stops != 0) {
+    unsigned at = static_cast<unsigned>(__builtin_ctz(b.stops));
+    return Span{at, (b.differ & ((1u << at) - 1)) == 0};  // at <= 31
   }
 #endif
   size_t length = static_cast<size_t>(scalar_end(u) - u);

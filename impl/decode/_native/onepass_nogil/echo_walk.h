@@ -32,10 +32,10 @@ inline bool ByteWalker::skip_top_logprobs(size_t depth, size_t tokens_at,
 // byte of the first element it did not take: the array's last one (followed by ']', left to
 // the walk), the first after `tokens` or `token_logprobs` ended, one that is not an object,
 // the ninth in a row that does not repeat its token, or one that fails (the walk decides it);
-// echo then ends for this array. Compares
-// only bytes before the body's end (`after` < len).
+// echo then ends for this array. Compares only bytes before the body's end (`after` < len).
 inline size_t ByteWalker::echoed_objects() {
   const size_t start = pos;
+  const uint8_t* end = buf + len;
   size_t at = pos, taken = pos, t = echo.tokens, u = echo.logprobs;
   // elements in a row that did not repeat theirs: past a few, the array is not vLLM's layout
   // and the block checks (flat_objects) take the rest faster than one object at a time
@@ -43,7 +43,6 @@ inline size_t ByteWalker::echoed_objects() {
   unsigned misses = 0;
   // t at a string (an element of a checked array), u at a number or null
   while (buf[at] == '{' && buf[t] == '"' && (buf[u] == '-' || is_digit(buf[u]) || buf[u] == 'n')) {
-    const uint8_t* end = buf + len;
     Span key = string_span(buf + t, buf + at + 1, end);
     size_t v = at + 2 + key.length;  // where the first member's value would start
     Span value = v < len ? scalar_span(buf + u, buf + v, end)
@@ -80,7 +79,8 @@ inline size_t ByteWalker::echoed_objects() {
 // checked as skip checks it; true with pos at the closing brace.
 inline bool ByteWalker::more_members(size_t depth) {
   // vLLM's own layout first, `,"key":number` with no whitespace: the string and the number
-  // checked by what skip_string and skip_scalar call, without their steps over whitespace;
+  // checked by what skip_string and skip_scalar call, without their steps over whitespace (the
+  // number check written out: as a helper both share, string_at stopped being inlined here);
   // from a member it doubts, the loop below (which decides) takes over
   size_t p = pos;
   while (buf[p] == ',' && buf[p + 1] == '"') {
@@ -89,7 +89,7 @@ inline bool ByteWalker::more_members(size_t depth) {
     Shape sh;
     if (!string_at(p + 1, end, escaped) || buf[end] != ':' ||
         !number_token(buf + end + 1, length, sh) ||
-        (sh.integer() && sh.int_digits() > rq.max_int_digits)) {
+        (sh.integer() && sh.int_digits() > rq.max_int_digits)) {  // skip_scalar's number check
       break;
     }
     p = end + 1 + length;

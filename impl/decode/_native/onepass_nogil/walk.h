@@ -265,7 +265,7 @@ struct ByteWalker {
       {
         if (c == '{' && depth == echo.depth) bulk = echoed_objects();
         if (bulk == pos) {
-            bulk = c == '"'     ? plain_strings(buf, pos)
+          bulk = c == '"'     ? plain_strings(buf, pos)
                  : c == '{'   ? flat_objects(buf, pos)
                  : is_digit(c) ? naturals(buf, pos, [](const uint8_t*, size_t) {})
                                : pos;
@@ -312,7 +312,8 @@ struct ByteWalker {
   }
 
 
-  // top_logprobs, checked first against the tokens and logprobs the walk has checked: echo.h.
+  // top_logprobs, checked first against the tokens and logprobs the walk has checked:
+  // echo_walk.h.
   bool skip_top_logprobs(size_t depth, size_t tokens_at, size_t logprobs_at);
   size_t echoed_objects();
   bool more_members(size_t depth);
