@@ -3,7 +3,7 @@
 Both extensions have the same two functions (`decode`, `number`; see
 `impl/decode/_native/common/module.h`): `CompiledDecoder` checks the arguments the extension cannot
 take (a prompt that is not plain integers, a huge top-k, a UTF-8 BOM: the reference decides
-those), calls it without the GIL, and wraps the bytearrays it returns as numpy arrays.
+those), calls it without the GIL, and wraps the buffers it returns as numpy arrays.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, Completion, Sequence, TopK
 from impl.decode._common import as_bytes, reference
 
-API_VERSION = 5  # the extensions' API_VERSION this wrapper speaks (_native/common/module.h)
+API_VERSION = 6  # the extensions' API_VERSION this wrapper speaks (_native/common/module.h)
 
 _BOM = b"\xef\xbb\xbf"
 _MAX_K = 1 << 16  # a larger top-k is left to the reference (it allocates n x k either way)

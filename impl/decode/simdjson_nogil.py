@@ -10,9 +10,9 @@ once: it checks the JSON grammar of every value it skips (as Python's json would
 MAX_DEPTH and MAX_INT_DIGITS included) and parses only what the Completion keeps into
 int32/float32 buffers: `token_ids`, `token_logprobs` and, when the first choice has them,
 prompt logprobs and top-k rows. It takes the GIL back only to copy those buffers into
-bytearrays that numpy wraps. No DOM tape and no Python object per value, so peak memory stays
-near the body's size (the index is ~4 bytes per structural byte), and a second Python thread
-keeps running while a 20 MB body decodes (`releases_gil = True`).
+pooled output buffers that numpy wraps (docs/decode.md). No DOM tape and no Python object
+per value, so peak memory stays near the body's size (the index is ~4 bytes per structural
+byte), and a second Python thread keeps running while a 20 MB body decodes (`releases_gil = True`).
 
 Where the time goes (262144-token body, ~3.9 M structural bytes): stage 1 about a quarter,
 the escape sweep ~5%, the walk the rest, mostly numbers never kept (`text_offset`,

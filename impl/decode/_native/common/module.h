@@ -6,9 +6,11 @@
 // decode(body: bytes, prompt_tokens: bytes | None, k: int, max_depth: int, max_int_digits: int)
 //   -> None when the fast path cannot vouch for the body (the caller asks the reference), or
 //   -> (sequences, prompt_logprobs, topk_token_ids, topk_logprobs) where sequences is a list of
-//      (int32 bytearray, float32 bytearray, is_stop) in index order and the other three are
-//      bytearrays or None. prompt_tokens, when given, is the caller's prompt as int64 bytes.
+//      (int32 buffer, float32 buffer, is_stop) in index order and the other three are buffers
+//      or None (OutputBuffers: writable, from a pool of resident blocks, buffers.h).
+//      prompt_tokens, when given, is the caller's prompt as int64 bytes.
 // number(token: bytes) -> float | None: one token read as a kept logprob (for tests).
+// pool_stats() -> (blocks, bytes, reused): the output pool's state (for tests).
 #pragma once
 
 #include <Python.h>  // after PY_SSIZE_T_CLEAN, first in the module
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "buffers.h"
 #include "floats.h"
 #include "reader.h"
 #include "shapes.h"
@@ -27,9 +30,8 @@ using namespace nogil;
 bool decode(const Request& rq, Result& out);
 
 template <typename T>
-PyObject* as_bytearray(const std::vector<T>& values) {
-  return PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(values.data()),
-                                       static_cast<Py_ssize_t>(values.size() * sizeof(T)));
+PyObject* as_buffer(const std::vector<T>& values) {
+  return output_buffer(values.data(), values.size() * sizeof(T));
 }
 
 PyObject* to_python(const Result& result) {
@@ -37,8 +39,8 @@ PyObject* to_python(const Result& result) {
   if (sequences == nullptr) return nullptr;
   for (size_t i = 0; i < result.n; i++) {
     const Choice& choice = result.choices[result.order[i]];
-    PyObject* item = Py_BuildValue("(NNO)", as_bytearray(choice.tokens),
-                                   as_bytearray(choice.logprobs),
+    PyObject* item = Py_BuildValue("(NNO)", as_buffer(choice.tokens),
+                                   as_buffer(choice.logprobs),
                                    choice.stop ? Py_True : Py_False);
     if (item == nullptr) {
       Py_DECREF(sequences);
@@ -47,8 +49,8 @@ PyObject* to_python(const Result& result) {
     PyList_SET_ITEM(sequences, static_cast<Py_ssize_t>(i), item);
   }
   if (!result.has_prompt) return Py_BuildValue("(NOOO)", sequences, Py_None, Py_None, Py_None);
-  return Py_BuildValue("(NNNN)", sequences, as_bytearray(result.prompt),
-                       as_bytearray(result.topk_ids), as_bytearray(result.topk_lps));
+  return Py_BuildValue("(NNNN)", sequences, as_buffer(result.prompt),
+                       as_buffer(result.topk_ids), as_buffer(result.topk_lps));
 }
 
 PyObject* py_decode(PyObject*, PyObject* args) {
@@ -115,6 +117,9 @@ PyObject* py_number(PyObject*, PyObject* token) {
 PyMethodDef methods[] = {
     {"number", py_number, METH_O,
      "number(token) -> float, or None where the walk would hand the body to the reference."},
+    {"pool_stats", py_pool_stats, METH_NOARGS,
+     "pool_stats() -> (blocks, bytes, reused): the output pool's blocks and bytes kept now and "
+     "the blocks it has handed out again."},
     {"decode", py_decode, METH_VARARGS,
      "decode(body, prompt_tokens, k, max_depth, max_int_digits) -> buffers, or None when the "
      "reference must decide. Parses without the GIL."},
@@ -127,9 +132,10 @@ PyMethodDef methods[] = {
 // (`make sanitize` checks that its build is).
 PyObject* create_module(PyModuleDef& def, const char* name, const char* doc) {
   def = {PyModuleDef_HEAD_INIT, name, doc, -1, methods, nullptr, nullptr, nullptr, nullptr};
+  if (PyType_Ready(&OutputBufferType) < 0) return nullptr;
   PyObject* m = PyModule_Create(&def);
   if (m == nullptr) return nullptr;
-  if (PyModule_AddIntConstant(m, "API_VERSION", 5) < 0 ||
+  if (PyModule_AddIntConstant(m, "API_VERSION", 6) < 0 ||
       PyModule_AddObjectRef(m, "SANITIZED", kSanitized ? Py_True : Py_False) < 0) {
     Py_DECREF(m);
     return nullptr;
