@@ -79,3 +79,21 @@ def test_tracemalloc_sees_the_buffers(compiled):  # noqa: F811
         tracemalloc.stop()
     per_array = TOKENS * 4
     assert grown >= (2 * len(held) - POOL_BLOCKS) * per_array
+
+
+def test_two_builds_compared_by_their_arrays_contents(compiled):  # noqa: F811
+    """`python -m impl.probes.decode_builds` compares two builds' answers by their bytes (the
+    buffers themselves compare by identity): a build against itself, loaded a second time from
+    its file, agrees; an answer with one value changed does not."""
+    from impl.probes.decode_builds import _contents, compare, load_build
+
+    module = compiled.ext.__name__.rsplit(".", 1)[1]
+    again = load_build(compiled.ext.__file__, module)
+    body = bodies.body_for(300, kind="vllm", seed=5)
+    assert compare(compiled.ext, again, body, rounds=1)["median_ratio"] > 0
+    got = compiled.fast_path(body)
+    ids = bytearray(got[0][0][0])
+    ids[0] ^= 1
+    changed = ([(ids, *got[0][0][1:])], *got[1:])
+    assert _contents(changed) != _contents(got)
+    assert _contents(compiled.fast_path(body)) == _contents(got)

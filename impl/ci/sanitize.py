@@ -11,10 +11,11 @@ fuzzer run on that build; any report fails (exit status 1).
    `_native/common/request.h`), so a read past it is reported instead of being safe by design.
 2. Every compiled decoder that the install built here must import from that copy and report
    `SANITIZED` (a build that silently dropped the flags would check nothing).
-3. `tests/test_decode_compiled.py` and `tests/test_decode_regressions.py`, then the fuzzer for
-   `--seconds`, run there with the compiler's ASan runtime preloaded into python (CPython is
-   not built with ASan; leak detection is off, since the interpreter keeps memory at exit on
-   purpose). A report ends the process with a failure; the fuzzer keeps the case that did it.
+3. `tests/test_decode_compiled.py`, `tests/test_decode_buffers.py` and
+   `tests/test_decode_regressions.py`, then the fuzzer for `--seconds`, run there with the
+   compiler's ASan runtime preloaded into python (CPython is not built with ASan; leak
+   detection is off, since the interpreter keeps memory at exit on purpose). A report ends the
+   process with a failure; the fuzzer keeps the case that did it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ FLAGS = (
     "-D_GLIBCXX_ASSERTIONS -D_GLIBCXX_SANITIZE_VECTOR=1"
 )
 COPIED = ("impl", "tests", "setup.py", "pyproject.toml", "README.md")
-TESTS = ("tests/test_decode_compiled.py", "tests/test_decode_regressions.py")
+TESTS = (
+    "tests/test_decode_compiled.py",
+    "tests/test_decode_buffers.py",
+    "tests/test_decode_regressions.py",
+)
 COMPILED = {
     "simdjson_nogil": "_simdjson_nogil",
     "onepass_nogil": "_onepass_nogil",
