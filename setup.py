@@ -44,7 +44,11 @@ def compiled_decoder(
     name: str, source: str, *, flags: tuple[str, ...] = (), simdjson: Path | None = None
 ) -> Extension:
     """The extension `impl.decode._{name}` from `_native/{source}`, rebuilt when any header of
-    its folder or of common/ changes; with `simdjson` (a folder), simdjson's sources too."""
+    its folder or of common/ changes; with `simdjson` (a folder), simdjson's sources too.
+
+    `-fvisibility=hidden`: the module exports only its `PyInit_` function (which Python's
+    `PyMODINIT_FUNC` marks visible), so the walk's out-of-line functions are called directly,
+    not through the PLT as symbols another library could interpose."""
     folder = NATIVE / Path(source).parent
     depends = [*COMMON, str(POWERS), *(str(path) for path in sorted(folder.glob("*.h")))]
     depends += [
@@ -55,7 +59,7 @@ def compiled_decoder(
         sources=[str(NATIVE / source)],
         depends=depends,
         language="c++",
-        extra_compile_args=["-std=c++17", "-O3", *flags],
+        extra_compile_args=["-std=c++17", "-O3", "-fvisibility=hidden", *flags],
         optional=True,
     )
     extension.simdjson = simdjson  # added by BuildNative: an absolute path, outside the tree
