@@ -3,10 +3,11 @@
 //
 // Why: a 262,144-token decode returns two 1 MiB arrays. As bytearrays, each call asked malloc
 // for fresh blocks; glibc serves a block that size from the top of its heap (or by mmap) and,
-// once both are freed, trims the heap's top, so the next call's copy page-faulted ~512 fresh
-// pages: ~1 ms of a ~13 ms decode on the machines we measure, more than the copy itself. Here a
-// block freed by its last Python reference goes back to a pool of at most kPoolBlocks blocks
-// and kPoolBytes bytes, and the next decode copies its output into a block already in memory.
+// once both are freed, trims the heap's top, so the next call's copy page-faulted its pages in
+// afresh (482 of their 512 measured): ~1 ms of a ~13 ms decode on the machines we measure, more
+// than the copy itself. Here a block freed by its last Python reference goes back to a pool of
+// at most kPoolBlocks blocks and kPoolBytes bytes, and the next decode copies its output into
+// a block already in memory.
 //
 // An OutputBuffer is a plain writable buffer (np.frombuffer wraps it without a copy, as it did
 // the bytearrays). A block is reused only after its OutputBuffer is gone: every view of it
