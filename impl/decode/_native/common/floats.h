@@ -84,7 +84,11 @@ inline bool eisel_lemire(int64_t power, uint64_t mantissa, bool negative, double
   const uint32_t index = 2 * static_cast<uint32_t>(power - kSmallestPower);
   __uint128_t first = static_cast<__uint128_t>(mantissa << lz) * kPowersOfFive[index];
   uint64_t low = static_cast<uint64_t>(first), high = static_cast<uint64_t>(first >> 64);
-  if (((high & 0x1FF) == 0x1FF || low <= 1) && mantissa != 0) return false;
+  // One branch, taken on the rare cases only. A zero mantissa (a logprob of 0.0: 4% of the
+  // real-text bodies' kept logprobs, at random) has a zero product; as `... && mantissa != 0`
+  // it took the `low <= 1` branch and a second one, which cost 1-2.5% of a whole decode.
+  uint64_t zero = 0 - uint64_t{mantissa == 0};  // all ones for a zero mantissa
+  if ((uint64_t{(high & 0x1FF) == 0x1FF} | uint64_t{low <= 1}) & ~zero & 1) return false;
   uint64_t upperbit = high >> 63;
   uint64_t bits = high >> (upperbit + 9);
   bits = (bits + (bits & 1)) >> 1;
@@ -93,7 +97,7 @@ inline bool eisel_lemire(int64_t power, uint64_t mantissa, bool negative, double
   int64_t exponent = (((152170 + 65536) * power) >> 16) + 1024 + 63 - lz -
                      static_cast<int64_t>(1 ^ upperbit) + static_cast<int64_t>(carry);
   bits = (bits & ~(1ULL << 52)) | static_cast<uint64_t>(exponent) << 52;
-  bits = (mantissa != 0 ? bits : 0) | static_cast<uint64_t>(negative) << 63;
+  bits = (bits & ~zero) | static_cast<uint64_t>(negative) << 63;
   std::memcpy(&out, &bits, sizeof out);
   return true;
 }
