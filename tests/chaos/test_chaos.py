@@ -247,7 +247,17 @@ def test_a_server_process_is_killed(router):
         )
         assert victim not in after  # supervisor and 2 workers, one of them new
         figures = _check(result, server, rss, after)
-        store = server.get("/healthz")["store"]
+        # /healthz's store figures are its process's view of the engine, read every 0.2 s: the
+        # last taken-over records finish just before the run ends, so wait for a view that
+        # counts every completion the client saw, then nothing may be left pending
+        store = until(
+            lambda: (
+                (view := server.get("/healthz")["store"])["completed"] >= result["completed"]
+                and view
+            ),
+            "a store view counting every completion",
+            deadline=10.0,
+        )
         assert store["pending"] == 0, store
         log = server.stderr()
     _clean(log)
