@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import time
@@ -172,6 +173,52 @@ def test_calls_in_flight_fail_when_the_store_stalls_and_no_error_goes_unretrieve
     finally:
         engine.stop()
     assert not unretrieved, unretrieved
+
+
+def test_a_store_that_refuses_writes_is_logged_not_per_call_and_works_again(tmp_path, caplog):
+    """An engine that is up but refuses writes (here `min-replicas-to-write 1` with no replica:
+    NOREPLICAS; a full disk makes it answer MISCONF the same way) is not away: its ping answers,
+    so no outage starts. Each refused call fails with StoreUnavailable carrying the engine's
+    message and is counted on /healthz (`refused_calls`, `last_refusal`); the refusals are
+    logged once, not per call (at most once a minute); when the engine writes again, so does
+    the store, with no restart."""
+    import redis
+
+    engine = OwnStore(str(tmp_path))
+    control = redis.Redis.from_url(engine.url)
+
+    async def go():
+        store = _store(engine.url)
+        await store.open()
+        first = await store.create(("s", 1), 1)
+        second = await store.create(("s", 2), 1)
+        control.config_set("min-replicas-to-write", 1)
+        try:
+            for record in (first, second):
+                with pytest.raises(StoreUnavailable, match="refused the call: NOREPLICAS"):
+                    await store.complete(record, b"payload")
+            described = store.health.describe()
+            assert store.health.away is None and described["available"]
+            assert described["refused_calls"] == 2, described
+            assert "NOREPLICAS" in described["last_refusal"]
+            assert described["unavailable_calls"] == {"finish": 2}
+        finally:
+            control.config_set("min-replicas-to-write", 0)
+        await store.complete(first, b"payload")
+        assert (await store.get(first.request_id)).payload == b"payload"
+        await store.aclose()
+
+    caplog.set_level(logging.WARNING, logger="hotpath.server")
+    try:
+        asyncio.run(go())
+    finally:
+        control.close()
+        engine.stop()
+    messages = [r.getMessage() for r in caplog.records if r.name == "hotpath.server"]
+    refusals = [m for m in messages if "refused" in m]
+    assert len(refusals) == 1, messages
+    assert "refused 1 call(s)" in refusals[0] and "NOREPLICAS" in refusals[0], refusals
+    assert not [m for m in messages if "until it is back" in m], messages  # no outage
 
 
 def test_settled_retrieves_every_error():

@@ -18,7 +18,12 @@ What the rest of the store does with it (`impl.server.store.redis.scripts.guard`
   it starts (with the first error) and once when it ends (how long, and the counts), never per
   request;
 - `/readyz` asks `reason()`, which also answers "away" once the last answer is older than the
-  timeout, so readiness turns within `timeout` of a stall even while a ping is still waiting.
+  timeout, so readiness turns within `timeout` of a stall even while a ping is still waiting;
+- an engine that is up but refuses a call with an error answer (MISCONF: it cannot write its
+  append-only file, a full disk; NOREPLICAS; READONLY) is not away (its ping answers) and the
+  refusal lasts as long as its cause: each such call answers 503 with the engine's message, is
+  counted, and is logged at the first and then at most once a minute with the count since
+  (`refused`); /healthz shows the count and the last message.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 log = logging.getLogger("hotpath.server")
+
+#: refused calls (an error answer from an engine that is up) are logged at most this often
+REFUSAL_LOG_S = 60.0
 
 
 class StoreHealth:
@@ -52,6 +60,10 @@ class StoreHealth:
         #: calls that failed or were refused while the store was away, by operation (ever)
         self.failed: Counter[str] = Counter()
         self._outage_failed: Counter[str] = Counter()
+        #: calls the engine refused with an error answer while up (ever), and the last message
+        self.refused_calls = 0
+        self.last_refusal: str | None = None
+        self._refusal_logged: tuple[float, int] | None = None  # when, and the count then
         #: called on the loop when the store goes away / comes back (the store's hooks)
         self.on_away: Callable[[str], None] | None = None
         self.on_back: Callable[[], Awaitable[None]] | None = None
@@ -153,6 +165,27 @@ class StoreHealth:
         self.failed[op] += 1
         self._outage_failed[op] += 1
 
+    def refused(self, op: str, error: str) -> None:
+        """A store call `op` got an error answer from an engine that is up (`error`, the
+        engine's message): counted as a failed call, and logged at the first and then at most
+        once every REFUSAL_LOG_S seconds, with the count since the previous message."""
+        self.count(op)
+        self.refused_calls += 1
+        self.last_refusal = error
+        now = time.monotonic()
+        logged = self._refusal_logged
+        if logged is None or now - logged[0] >= REFUSAL_LOG_S:
+            since = self.refused_calls - (logged[1] if logged else 0)
+            log.warning(
+                "the shared store at %s refused %d call(s) since the last message, the latest "
+                "(%s) with: %s; such calls answer 503 for as long as the engine refuses them",
+                self.address,
+                since,
+                op,
+                error,
+            )
+            self._refusal_logged = (now, self.refused_calls)
+
     def reason(self) -> str | None:
         """Why the store cannot serve now (away, or no answer for over `timeout`), or None."""
         if self.away is not None:
@@ -170,5 +203,7 @@ class StoreHealth:
             "away_s": round(time.monotonic() - self.away_since, 1) if self.away_since else None,
             "outages": self.outages,
             "unavailable_calls": dict(self.failed),
+            "refused_calls": self.refused_calls,
+            "last_refusal": self.last_refusal,
             "timeout_s": self.timeout,
         }

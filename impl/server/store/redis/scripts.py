@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from impl.server.store import Key, StoreUnavailable
 
@@ -182,7 +182,9 @@ def address(url: str) -> str:
 def guard(method: Callable) -> Callable:
     """`method`, failing at once with StoreUnavailable while the store's health says it is away,
     and turning engine errors into StoreUnavailable with the address and cause; either way the
-    call is counted by operation (`StoreHealth.count`), never logged one by one."""
+    call is counted by operation (`StoreHealth.count`), never logged one by one (an error answer
+    from an engine that is up, such as MISCONF on a full disk, is logged at most once a minute:
+    `StoreHealth.refused`)."""
     op = method.__name__.lstrip("_")
 
     @functools.wraps(method)
@@ -201,6 +203,11 @@ def guard(method: Callable) -> Callable:
                 raise StoreUnavailable(
                     f"the shared store at {self.address} is full (its maxmemory; stored results "
                     f"are kept until they expire): {exc}"
+                ) from exc
+            if isinstance(exc, ResponseError):  # the engine is up and refused it (MISCONF...)
+                health.refused(op, str(exc))
+                raise StoreUnavailable(
+                    f"the shared store at {self.address} refused the call: {exc}"
                 ) from exc
             health.count(op)
             raise StoreUnavailable(
