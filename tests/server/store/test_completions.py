@@ -92,6 +92,17 @@ async def _within(seconds: float, coro):
     return task.result()
 
 
+async def _retried(call, retries: dict[str, int], what: str):
+    """`await call()`, tried again 0.1 s after each StoreUnavailable (as the forward's
+    `Forwarder._settle` and the SDK, on a 503, do), counted in `retries[what]`."""
+    while True:
+        try:
+            return await call()
+        except StoreUnavailable:
+            retries[what] += 1
+            await asyncio.sleep(0.1)
+
+
 def _reasons(store, kind: str = "session") -> dict[str, int]:
     """Why the store's held polls of `kind` answered so far (`impl.server.store.held`)."""
     return dict(store.held_polls.counts[kind])
@@ -274,13 +285,7 @@ def test_busy_session_polls_carry_batches(make):
 
         async def produce():
             for record in records[:count]:
-                while True:
-                    try:
-                        await s.complete(record, b"x")
-                        break
-                    except StoreUnavailable:
-                        retried["complete"] += 1
-                        await asyncio.sleep(0.1)
+                await _retried(lambda r=record: s.complete(r, b"x"), retried, "complete")
                 await asyncio.sleep(0.001)
 
         producer = asyncio.ensure_future(produce())
@@ -288,12 +293,9 @@ def test_busy_session_polls_carry_batches(make):
         while seen < count:
             if producer.done():
                 producer.result()  # the producer's own error, if it stopped with one
-            try:
-                entries, cursor = await s.session_completions(TARGET, cursor, 30)
-            except StoreUnavailable:
-                retried["poll"] += 1
-                await asyncio.sleep(0.1)
-                continue
+            entries, cursor = await _retried(
+                lambda c=cursor: s.session_completions(TARGET, c, 30), retried, "poll"
+            )
             polls += 1
             seen += len(entries)
             if not entries and producer.done():

@@ -22,6 +22,8 @@ from _wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
+import redis
+
 from impl.server.store import Retention, StoreUnavailable
 from impl.server.store.redis import embedded
 from impl.server.store.redis.pipeline import AutoPipeline, settled
@@ -182,8 +184,6 @@ def test_a_store_that_refuses_writes_is_logged_not_per_call_and_works_again(tmp_
     message and is counted on /healthz (`refused_calls`, `last_refusal`); the refusals are
     logged once, not per call (at most once a minute); when the engine writes again, so does
     the store, with no restart."""
-    import redis
-
     engine = OwnStore(str(tmp_path))
     control = redis.Redis.from_url(engine.url)
 
