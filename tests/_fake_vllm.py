@@ -1,7 +1,7 @@
 """A stand-in vLLM upstream for the server tests: a real aiohttp server in its own process.
 
-`POST /v1/completions` answers with a realistic vLLM body from `impl.harness.bodies` (the
-sampled tokens and logprobs are `bodies.generate(prompt, n=, max_tokens=, seed=)`), and records
+`POST /v1/completions` answers with a realistic vLLM body from `impl.workloads.synthetic` (the
+sampled tokens and logprobs are `synthetic.generate(prompt, n=, max_tokens=, seed=)`), and records
 every request and the body it sent (`GET /sent`, `GET /stats`: requests, in flight and the peak
 of requests in flight). Special seeds select a bad
 upstream behaviour, so one server run can mix good and bad samples:
@@ -17,13 +17,13 @@ upstream behaviour, so one server run can mix good and bad samples:
 
 Run: `python tests/_fake_vllm.py` prints `fake-vllm listening on http://127.0.0.1:PORT`.
 
-Why this is not `hotpath router` (`impl.harness.router`): the server under test decides what it
-sends upstream, so a test cannot put the router's `X-Hotpath-Fault` header on one sample; here
+Why this is not `hotpath router` (`impl.harness.router`): the server under test decides what
+it sends upstream, so a test cannot put the router's `X-Hotpath-Fault` header on one sample; here
 the request's seed selects the fault, and the faults are the ones a test of the server needs
 (a 200 with HTML, a 200 truncated to a matching Content-Length, a 500 only the first time for a
 prompt, arrays of different lengths), not the ones a load run injects at random rates. It also
 keeps every request and the body it sent (`GET /sent`), which a load router must not (memory).
-The bodies are the same: both render `impl.harness.bodies`.
+The bodies are the same: both render `impl.workloads.synthetic`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from aiohttp import web
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from impl.harness import bodies
+from impl.workloads import synthetic
 
 SEED_HTML = 900_000_001
 SEED_TRUNCATED = 900_000_002
@@ -55,10 +55,10 @@ def body_for(request: dict) -> bytes:
     """The good body for a router request (the same function the tests use to predict it)."""
     prompt = request["prompt"]
     seed = request.get("seed")
-    choices = bodies.generate(
+    choices = synthetic.generate(
         prompt, n=request.get("n", 1), max_tokens=request.get("max_tokens", 16), seed=seed
     )
-    return bodies.completion_body(
+    return synthetic.completion_body(
         choices, kind="vllm", prompt_tokens=prompt, prompt_logprobs=request.get("prompt_logprobs")
     )
 

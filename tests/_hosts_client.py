@@ -23,7 +23,7 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from impl.harness.workload import parse_sample_response
+from impl.harness.client.config import parse_sample_response
 
 HEADERS = {"X-API-Key": "tml-hosts-test"}
 PROTO = {**HEADERS, "Accept": "application/x-protobuf"}

@@ -2,7 +2,7 @@
 
 Run as its own process: `python tests/_standin.py --port 0 [faults]`; prints
 `standin listening on http://127.0.0.1:PORT`. It answers the SDK's sampling flow with the tokens
-`impl.harness.bodies.generate` makes for the (prompt, seed) and SampleResponse wire bytes, and
+`impl.workloads.synthetic.generate` makes for the (prompt, seed) and SampleResponse wire bytes, and
 injects faults by request number, so a test can count exactly what the client should see:
 
     --drop K          every K-th sample: retrieve_future answers 404 (a lost result)
@@ -27,7 +27,7 @@ from collections import Counter
 import orjson
 from aiohttp import web
 
-from impl.harness.bodies import generate
+from impl.workloads.synthetic import generate
 
 
 def _varint(value: int) -> bytes:

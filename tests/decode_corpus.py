@@ -1,6 +1,6 @@
 """Seeded decode corpus for the parity and error tests: valid bodies and invalid ones.
 
-Valid bodies come from `impl.harness.bodies` (minimal and realistic vLLM, n = 1..4, 0..262144
+Valid bodies come from `impl.workloads.synthetic` (minimal and realistic vLLM, n = 1..4, 0..262144
 tokens, prompt logprobs k = 0 and k > 0), the real-shaped body in tests/fixtures (see
 docs/vllm-body.md) and hand-built bodies for the edge cases of the decode contract
 (docs/families.md). Invalid bodies must make every decoder raise `DecodeError`.
@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from impl.harness import bodies
+from impl.workloads import synthetic
 
 FIXTURES = Path(__file__).parent / "fixtures"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -219,12 +219,12 @@ def _generated(large: bool) -> list[Case]:
             (4, 8192, 0),
             (1, 8192, 2),
         ):
-            body = bodies.body_for(tokens, kind=kind, n=n, prompt_logprobs=plp, seed=n + tokens)
+            body = synthetic.body_for(tokens, kind=kind, n=n, prompt_logprobs=plp, seed=n + tokens)
             kwargs = {"topk_prompt_logprobs": plp} if plp else {}
             out.append(Case(f"{kind}-n{n}-t{tokens}-p{plp}", body, kwargs))
     if large:
-        out.append(Case("vllm-n1-t262144", bodies.body_for(262144, kind="vllm")))
-        out.append(Case("minimal-n2-t262144", bodies.body_for(262144, kind="minimal", n=2)))
+        out.append(Case("vllm-n1-t262144", synthetic.body_for(262144, kind="vllm")))
+        out.append(Case("minimal-n2-t262144", synthetic.body_for(262144, kind="minimal", n=2)))
     return out
 
 
@@ -235,7 +235,7 @@ def valid_cases(large: bool = True) -> tuple[Case, ...]:
 
 def _invalid() -> list[tuple[str, bytes]]:
     good = dumps(doc(choice(), choice(1)))
-    real = bodies.body_for(128, kind="vllm", n=2, prompt_logprobs=2)
+    real = synthetic.body_for(128, kind="vllm", n=2, prompt_logprobs=2)
     sub = good.replace
     return [
         ("html-200", b"<html><body><h1>502 Bad Gateway</h1></body></html>"),
@@ -315,7 +315,7 @@ def _nested(ids: list, lps: list | None = None) -> bytes:
 @cache
 def _big_body() -> bytes:
     """A vLLM body whose skipped values (text_offset, tokens, top_logprobs) exceed 16 KiB."""
-    return bodies.body_for(4096, kind="vllm", seed=11)
+    return synthetic.body_for(4096, kind="vllm", seed=11)
 
 
 def _insert(body: bytes, after: bytes, text: bytes) -> bytes:

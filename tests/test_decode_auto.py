@@ -14,7 +14,7 @@ from impl.decode import _features
 from impl.decode._features import ANY, CLASSES, classify
 from impl.decode.auto import AutoDecoder, segments
 from impl.decode.parity import assert_same
-from impl.harness import bodies, realtext
+from impl.workloads import realtext, synthetic
 
 FAMILY = "decode"
 REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
@@ -73,7 +73,7 @@ def test_class_of_two_choice_bodies_with_prompt_logprobs():
 def test_class_of_made_up_bodies():
     """Each word of the class from bytes built to have (or lack) exactly that feature."""
     assert classify(b"") == "ascii/plain/none"
-    assert classify(bodies.body_for(1, kind="minimal")) == "ascii/plain/none"
+    assert classify(synthetic.body_for(1, kind="minimal")) == "ascii/plain/none"
     assert classify(b'{"a":[-1.5e-05,-2.0]}') == "ascii/plain/json"
     assert classify(b'{"a":[-1.5e-5,-2.0]}') == "ascii/plain/orjson"
     assert classify('{"a":"日本語"}'.encode()) == "nonascii/plain/none"
@@ -114,7 +114,7 @@ def test_plan_picks_per_class_where_rows_say_so():
         row(2000, ORJSON_CLS, json=2.0, orjson=1.0),
     ]
     auto = AutoDecoder(rows)
-    synthetic_json = bodies.body_for(600, kind="vllm")
+    synthetic_json = synthetic.body_for(600, kind="vllm")
     assert classify(synthetic_json) == JSON_CLS
     orjson_rendered = (
         b'{"choices":[{"index":0,"token_ids":[1],"logprobs":{"token_logprobs":[-1e-5]}}]}'
@@ -235,7 +235,7 @@ def test_bench_records_the_class_and_shows_autos_pick_per_row(monkeypatch):
     auto = AutoDecoder(section.measurements)
     for r in auto_rows:
         assert r["parity"] and r["features"] == "ascii/plain/json"
-        body = bodies.body_for(128, kind=r["body"])
+        body = synthetic.body_for(128, kind=r["body"])
         assert r["auto_pick"] == auto.choose(body)
         shown = [line.split() for line in section.table.splitlines()]
         assert [r["input"], "ascii/plain/json"] in [words[:2] for words in shown]

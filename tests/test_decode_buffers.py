@@ -15,7 +15,7 @@ import numpy as np
 from test_decode_compiled import REFERENCE, compiled  # noqa: F401 (the fixture)
 from test_decode_parity import assert_same
 
-from impl.harness import bodies
+from impl.workloads import synthetic
 
 TOKENS = 40_000  # 160,000 bytes per array: pooled (at least 64 KiB)
 POOL_BLOCKS, POOL_BYTES = 16, 64 << 20
@@ -27,7 +27,7 @@ def _arrays(completion) -> list[np.ndarray]:
 
 def test_arrays_are_writable_and_their_own(compiled):  # noqa: F811
     """As with the bytearrays before: writable arrays, and writing to one changes no other."""
-    body = bodies.body_for(TOKENS, kind="vllm", seed=1)
+    body = synthetic.body_for(TOKENS, kind="vllm", seed=1)
     first = compiled.decoder.decode(body)
     second = compiled.decoder.decode(body)
     for a in _arrays(first):
@@ -39,12 +39,12 @@ def test_arrays_are_writable_and_their_own(compiled):  # noqa: F811
 def test_a_block_is_reused_only_after_its_arrays_are_gone(compiled):  # noqa: F811
     """Blocks of dropped results are handed out again; those of live arrays never are: arrays
     held across later decodes keep their values."""
-    held_body = bodies.body_for(TOKENS, kind="vllm", seed=2)
+    held_body = synthetic.body_for(TOKENS, kind="vllm", seed=2)
     held = compiled.decoder.decode(held_body)
     snapshot = [a.copy() for a in _arrays(held)]
     reused = compiled.ext.pool_stats()[2]
     for seed in range(4):
-        body = bodies.body_for(TOKENS, kind="vllm", seed=10 + seed)
+        body = synthetic.body_for(TOKENS, kind="vllm", seed=10 + seed)
         got = compiled.decoder.decode(body)
         assert_same(got, REFERENCE.decode(body))
         del got
@@ -57,7 +57,7 @@ def test_a_block_is_reused_only_after_its_arrays_are_gone(compiled):  # noqa: F8
 
 def test_the_pool_keeps_at_most_its_bounds(compiled):  # noqa: F811
     """Dropping many results at once: the pool keeps at most 16 blocks and 64 MiB."""
-    body = bodies.body_for(TOKENS, kind="vllm", seed=3)
+    body = synthetic.body_for(TOKENS, kind="vllm", seed=3)
     results = [compiled.decoder.decode(body) for _ in range(POOL_BLOCKS)]  # 32 blocks
     del results
     gc.collect()
@@ -69,7 +69,7 @@ def test_the_pool_keeps_at_most_its_bounds(compiled):  # noqa: F811
 def test_tracemalloc_sees_the_buffers(compiled):  # noqa: F811
     """The blocks are allocated where tracemalloc traces them (as the bytearrays were): of 40
     arrays held at once, at most 16 can come from blocks allocated before tracing started."""
-    body = bodies.body_for(TOKENS, kind="vllm", seed=4)
+    body = synthetic.body_for(TOKENS, kind="vllm", seed=4)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -89,7 +89,7 @@ def test_two_builds_compared_by_their_arrays_contents(compiled):  # noqa: F811
 
     module = compiled.ext.__name__.rsplit(".", 1)[1]
     again = load_build(compiled.ext.__file__, module)
-    body = bodies.body_for(300, kind="vllm", seed=5)
+    body = synthetic.body_for(300, kind="vllm", seed=5)
     assert compare(compiled.ext, again, body, rounds=1)["median_ratio"] > 0
     got = compiled.fast_path(body)
     ids = bytearray(got[0][0][0])

@@ -24,7 +24,7 @@ from test_decode_parity import assert_same
 
 from impl import registry
 from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, DecodeError
-from impl.harness import bodies, realtext
+from impl.workloads import realtext, synthetic
 
 FAMILY = "decode"
 REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
@@ -83,7 +83,7 @@ ALPHABET = b'{}[]:,"01-+.eEtrufalsnx\\ /u'
 @pytest.mark.parametrize("base", [GOOD_VALUES, NUMBERS], ids=["every-value", "numbers"])
 @pytest.mark.parametrize("place", ["top-logprobs", "usage", "text-offset", "tokens"])
 def test_accepts_only_what_python_accepts(base, place, compiled):
-    small = bodies.body_for(3, kind="vllm", n=2, seed=5)
+    small = synthetic.body_for(3, kind="vllm", n=2, seed=5)
     after, template = {
         "tokens": (b'"tokens":[', b"%s,"),
         "top-logprobs": (b'"top_logprobs":[', b"%s,"),
@@ -115,7 +115,7 @@ def test_bulk_arrays_accept_only_what_python_accepts(array, compiled):
     a 40-token body (onepass_nogil checks both 64 bytes a block, as a stream): the fast path
     answers only what Python's json parses, and then exactly as the reference (a changed
     element count included: that is the reference's DecodeError, never an answer)."""
-    body = bodies.body_for(40, kind="vllm", seed=11)
+    body = synthetic.body_for(40, kind="vllm", seed=11)
     head, rest = body.split(b'"%s":[' % array.encode(), 1)
     head += b'"%s":[' % array.encode()
     depth, end = 1, 0
@@ -161,7 +161,7 @@ def test_numbers_near_the_logprob_form(array, where, compiled):
     """A number in, near or just outside the form the bulk checks take, as a kept logprob or
     as a skipped top-logprob value, at the start, inside the first 64-byte block or further
     in: the reference's answer (DecodeError or the same arrays), never another."""
-    body = bodies.body_for(40, kind="vllm", seed=13)
+    body = synthetic.body_for(40, kind="vllm", seed=13)
     head, rest = body.split(b'"%s":[' % array.encode(), 1)
     head += b'"%s":[' % array.encode()
     if array == "token_logprobs":
@@ -247,7 +247,7 @@ def test_objects_near_the_flat_form(where, compiled):
     """A top_logprobs element in, near or just outside the flat-object form the bulk check
     takes, at the start, inside the first 64-byte block or further in: the reference's answer
     (DecodeError or the same arrays), never another."""
-    body = bodies.body_for(40, kind="vllm", seed=17)
+    body = synthetic.body_for(40, kind="vllm", seed=17)
     head, rest = body.split(b'"top_logprobs":[{', 1)
     head += b'"top_logprobs":['
     content, tail = rest.split(b"}]", 1)
@@ -280,7 +280,7 @@ def test_strings_in_bulk_arrays_at_every_block_offset(array, compiled):
     through every offset of a 64-byte block (so an escape's backslash, or a UTF-8 sequence,
     sits across two blocks at some shift), among ASCII neighbours and after one other such
     string: the reference's answer (DecodeError or the same arrays), never another."""
-    body = bodies.body_for(40, kind="vllm", seed=19)
+    body = synthetic.body_for(40, kind="vllm", seed=19)
     answered = 0
     for content in BULK_STRINGS:
         for shift in range(66):
@@ -300,7 +300,7 @@ def test_every_byte_replaced_or_dropped(compiled):
     """Each byte of a realistic 48-token body (its arrays span several of onepass_nogil's
     64-byte bulk windows) replaced by each of 21 bytes, or dropped: the fast path answers only
     for what Python's json parses, and then exactly as the reference."""
-    body = bodies.body_for(48, kind="vllm", seed=7)
+    body = synthetic.body_for(48, kind="vllm", seed=7)
     assert body.count(b",") > 250
     answered = rejected = 0
     for at in range(len(body)):
@@ -329,7 +329,7 @@ TOKEN_IDS += [b"9" * n for n in (10, 18, 19, 20, 40)] + [b"1.0", b"1e2", b'"7"',
 def test_token_ids_out_of_int32_or_not_integers(where, compiled):
     """A token id that is not an int32 integer, first, inside the first 64-byte run of ids, or
     further in: the reference's answer (DecodeError or the same arrays), never a wrapped id."""
-    body = bodies.body_for(40, kind="vllm", seed=9)
+    body = synthetic.body_for(40, kind="vllm", seed=9)
     head, ids = body.split(b'"token_ids":[', 1)
     ids, tail = ids.split(b"]", 1)
     for value in TOKEN_IDS:
@@ -343,10 +343,10 @@ def test_buffers_reused_between_different_bodies(compiled):
     """The per-thread result buffers carry nothing from one body to the next: long and short
     bodies, one and two choices, with and without prompt logprobs, in turn."""
     cases = [
-        (bodies.body_for(5000, kind="vllm", seed=1), 0),
-        (bodies.body_for(7, kind="vllm", n=3, prompt_logprobs=2, seed=2), 2),
-        (bodies.body_for(40, kind="minimal", n=2, seed=3), 0),
-        (bodies.body_for(0, kind="vllm", seed=4), 0),
+        (synthetic.body_for(5000, kind="vllm", seed=1), 0),
+        (synthetic.body_for(7, kind="vllm", n=3, prompt_logprobs=2, seed=2), 2),
+        (synthetic.body_for(40, kind="minimal", n=2, seed=3), 0),
+        (synthetic.body_for(0, kind="vllm", seed=4), 0),
     ]
     for body, k in cases + cases[::-1]:
         want = REFERENCE.decode(body, topk_prompt_logprobs=k)
@@ -355,7 +355,7 @@ def test_buffers_reused_between_different_bodies(compiled):
 
 def test_limits_are_the_reference_s(compiled):
     """Nesting deeper than MAX_DEPTH and integers longer than MAX_INT_DIGITS: never answered."""
-    body = bodies.body_for(3, kind="vllm", seed=1)[:-1]
+    body = synthetic.body_for(3, kind="vllm", seed=1)[:-1]
     for depth, answered in ((MAX_DEPTH, True), (MAX_DEPTH + 1, False)):
         nested = b"[" * (depth - 1) + b"]" * (depth - 1)
         assert (compiled.fast_path(body + b',"x":' + nested + b"}") is not None) is answered
@@ -367,7 +367,7 @@ def test_fast_path_answers_realistic_bodies(compiled):
     """No hand-over on generator bodies, prompt logprobs with top-k included."""
     for kind in ("minimal", "vllm"):
         for k in (0, 2):
-            body = bodies.body_for(50, kind=kind, n=2, prompt_logprobs=k, seed=3)
+            body = synthetic.body_for(50, kind=kind, n=2, prompt_logprobs=k, seed=3)
             assert compiled.fast_path(body, k) is not None
 
 
@@ -414,7 +414,7 @@ def _prompt_of(body: bytes) -> list[int]:
 )
 @pytest.mark.parametrize("k", [0, 2])
 def test_prompt_tokens_argument_in_every_form(convert, k, compiled):
-    body = bodies.body_for(20, kind="vllm", n=2, prompt_len=6, prompt_logprobs=2, seed=4)
+    body = synthetic.body_for(20, kind="vllm", n=2, prompt_len=6, prompt_logprobs=2, seed=4)
     prompt = convert(_prompt_of(body))
     decoder = compiled.decoder
     try:
@@ -428,7 +428,7 @@ def test_prompt_tokens_argument_in_every_form(convert, k, compiled):
 
 @pytest.mark.parametrize("k", [-1, 0, 1, 5, 1 << 17])
 def test_topk_argument_values(k, compiled):
-    body = bodies.body_for(20, kind="vllm", prompt_len=6, prompt_logprobs=2, seed=6)
+    body = synthetic.body_for(20, kind="vllm", prompt_len=6, prompt_logprobs=2, seed=6)
     decoder = compiled.decoder
     want = REFERENCE.decode(body, topk_prompt_logprobs=k)
     assert_same(decoder.decode(body, topk_prompt_logprobs=k), want)
@@ -437,7 +437,7 @@ def test_topk_argument_values(k, compiled):
 def test_body_types_and_page_ends(compiled):
     """bytes, bytearray and memoryview bodies; bodies ending at every offset of a page."""
     decoder = compiled.decoder
-    body = bodies.body_for(40, kind="minimal", seed=2)
+    body = synthetic.body_for(40, kind="minimal", seed=2)
     want = REFERENCE.decode(body)
     for form in (bytes, bytearray, memoryview):
         assert_same(decoder.decode(form(body)), want)
@@ -449,7 +449,7 @@ def test_body_types_and_page_ends(compiled):
 
 def test_escapes_and_digit_runs_at_every_offset(compiled):
     """Strings and numbers of every length around the word-at-a-time scans' 8-byte steps."""
-    body = bodies.body_for(3, kind="vllm", seed=1)
+    body = synthetic.body_for(3, kind="vllm", seed=1)
     at = body.index(b'"tokens":[') + len(b'"tokens":[')
     decoder = compiled.decoder
     for length in range(12):
@@ -671,7 +671,7 @@ def test_bulk_logprobs_read_exactly(compiled):
 def test_skipped_numbers_in_arrays_and_objects(place, compiled):
     """Skipped numbers (array-of-scalars loop and the general loop): valid exactly when Python
     says so, at the 32-byte quick check's edge and at MAX_INT_DIGITS."""
-    small = bodies.body_for(3, kind="vllm", n=2, seed=5)
+    small = synthetic.body_for(3, kind="vllm", n=2, seed=5)
     after, template = {
         "top-logprobs": (b'"top_logprobs":[', b'{"x":%s},'),
         "usage": (b'"usage":{', b'"x":%s,'),
@@ -726,7 +726,7 @@ ESCAPE_CASES = [  # string content (between the quotes), valid for Python's json
 @pytest.mark.parametrize("where", ["tokens", "key", "text", "end"])
 def test_escapes_at_string_ends(where, compiled):
     """The whole-body escape check agrees with Python's json wherever a string sits."""
-    small = bodies.body_for(3, kind="vllm", n=2, seed=5)
+    small = synthetic.body_for(3, kind="vllm", n=2, seed=5)
     decoder = compiled.decoder
     for content, valid in ESCAPE_CASES:
         string = b'"' + content + b'"'
@@ -793,7 +793,7 @@ def test_utf8_checked_as_python_decodes(where, compiled):
     bytes at the edges of UTF-8's ranges and seeded runs of them, in a token (a short string:
     checked byte by byte) and at every offset of the text (a long one: 16 or 32 bytes at a
     time). The reference takes invalid UTF-8 too, so the decode always equals it."""
-    body = bodies.body_for(3, kind="vllm", seed=5)
+    body = synthetic.body_for(3, kind="vllm", seed=5)
     answered = 0
     for i, run in enumerate(_utf8_runs()):
         if where == "token":
@@ -884,7 +884,7 @@ def _echo_body(
 ) -> bytes:
     """A vllm body whose logprobs arrays are these elements' bytes joined by bare commas, in
     vLLM's order (or with `tokens` after top_logprobs)."""
-    body = bodies.body_for(40, kind="vllm", seed=23)
+    body = synthetic.body_for(40, kind="vllm", seed=23)
     head, rest = body.split(b'"token_logprobs":[', 1)
     tail = rest.split(b"}]},", 1)[1]
     arrays = [
@@ -903,7 +903,7 @@ def test_top_logprobs_that_repeat_tokens(where, compiled):
     token and logprob, the alternatives after it valid or not, at the first, a middle, the
     last but one and the last position; and the same bodies with `tokens` one element short,
     cut inside that element, or with `tokens` after top_logprobs: the reference's answer."""
-    body = bodies.body_for(40, kind="vllm", seed=23)
+    body = synthetic.body_for(40, kind="vllm", seed=23)
     logprobs = json.loads(body)["choices"][0]["logprobs"]
     tokens = [json.dumps(t, ensure_ascii=False).encode() for t in logprobs["tokens"]]
     values = [repr(v).encode() for v in logprobs["token_logprobs"]]

@@ -10,10 +10,10 @@ import numpy as np
 from impl import registry
 from impl.decode import Completion, DecodeError, Sequence, fuzz
 from impl.decode.fuzz import mutate
-from impl.harness import bodies
+from impl.workloads import synthetic
 
 REFERENCE = registry.create("decode", registry.reference("decode"))
-BODY = bodies.body_for(40, kind="vllm", seed=3)
+BODY = synthetic.body_for(40, kind="vllm", seed=3)
 
 
 class Fake:

@@ -22,7 +22,7 @@ from test_decode_parity import assert_same
 
 from impl import registry
 from impl.decode import releases_gil
-from impl.harness import bodies
+from impl.workloads import synthetic
 
 FAMILY = "decode"
 HOLDING = next(
@@ -77,7 +77,7 @@ def turns_taken(work: Callable[[], object], *, repeats: int, until: int | None =
 
 @pytest.fixture(scope="module")
 def big_body() -> bytes:
-    body = bodies.body_for(262144, kind="vllm")
+    body = synthetic.body_for(262144, kind="vllm")
     assert len(body) > 19_000_000
     return body
 

@@ -11,7 +11,7 @@ from test_decode_parity import REFERENCE, assert_same, decoder_params
 
 from impl import registry
 from impl.decode import MAX_DEPTH, MAX_INT_DIGITS, DecodeError, _limits
-from impl.harness import bodies
+from impl.workloads import synthetic
 
 CHOICE = (
     b'{"index": 0, "token_ids": [5, 6], "logprobs": {"token_logprobs": [-0.5, -0.25]}, '
@@ -28,7 +28,7 @@ def with_extra(extra: bytes, where: str) -> bytes:
     """A valid body with the ignored field `"x": extra` at the top level, in a choice, or in a
     realistic vLLM body (top level)."""
     if where == "vllm":
-        return bodies.body_for(64, kind="vllm")[:-1] + b', "x": ' + extra + b"}"
+        return synthetic.body_for(64, kind="vllm")[:-1] + b', "x": ' + extra + b"}"
     if where == "choice":
         return b'{"choices": [' + CHOICE + b', "x": ' + extra + b"}]}"
     return b'{"choices": [' + CHOICE + b'}], "x": ' + extra + b"}"

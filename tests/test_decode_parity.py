@@ -15,7 +15,7 @@ from decode_corpus import Case, valid_cases
 from impl import registry
 from impl.decode import Completion, parity
 from impl.decode.parity import assert_same
-from impl.harness import bodies, realtext
+from impl.workloads import realtext, synthetic
 
 FAMILY = "decode"
 REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
@@ -93,8 +93,8 @@ def test_reference_reads_generated_values_exactly():
     """The generator's arrays come back from the reference bit for bit (anchors the corpus)."""
     prompt = [128000, 5, 6, 7]
     for kind in ("minimal", "vllm"):
-        choices = bodies.generate(prompt, n=3, max_tokens=300, seed=11)
-        got = REFERENCE.decode(bodies.completion_body(choices, kind=kind, prompt_tokens=prompt))
+        choices = synthetic.generate(prompt, n=3, max_tokens=300, seed=11)
+        got = REFERENCE.decode(synthetic.completion_body(choices, kind=kind, prompt_tokens=prompt))
         for seq, choice in zip(got.sequences, choices, strict=True):
             assert_same_array(seq.tokens, choice.tokens, "tokens")
             assert_same_array(seq.logprobs, choice.logprobs, "logprobs")
@@ -164,11 +164,11 @@ def test_reference_semantics_by_hand():
 
 def test_results_survive_the_next_decode(decoder):
     """No result aliases parser memory (pysimdjson reuses its buffers on the next parse)."""
-    first_body = bodies.body_for(1000, kind="vllm", n=2, seed=1)
+    first_body = synthetic.body_for(1000, kind="vllm", n=2, seed=1)
     first = decoder.decode(first_body)
     copy = [seq.logprobs.copy() for seq in first.sequences]
     for seed in range(3):
-        decoder.decode(bodies.body_for(1000, kind="vllm", n=2, seed=seed + 2))
+        decoder.decode(synthetic.body_for(1000, kind="vllm", n=2, seed=seed + 2))
     for seq, kept in zip(first.sequences, copy, strict=True):
         assert_same_array(seq.logprobs, kept, "kept logprobs")
     assert_same(first, REFERENCE.decode(first_body))
@@ -177,7 +177,7 @@ def test_results_survive_the_next_decode(decoder):
 def test_threads_share_one_decoder(decoder):
     """One decoder object used from several threads at once gives the reference's results."""
     cases = [
-        bodies.body_for(2000, kind=kind, n=2, seed=s)
+        synthetic.body_for(2000, kind=kind, n=2, seed=s)
         for kind in ("minimal", "vllm")
         for s in (1, 2)
     ]
@@ -202,8 +202,8 @@ def test_threads_share_one_decoder(decoder):
 
 def test_generated_bodies_are_deterministic_and_vllm_shaped():
     """Seeded bodies: same bytes for the same arguments, ~76–102 bytes per token, compact."""
-    assert bodies.body_for(500, kind="vllm", n=2, seed=3) == bodies.completion_body(
-        bodies.generate(
+    assert synthetic.body_for(500, kind="vllm", n=2, seed=3) == synthetic.completion_body(
+        synthetic.generate(
             [128000, *np.random.default_rng(3).integers(0, 128000, 15).tolist()],
             n=2,
             max_tokens=500,
@@ -212,10 +212,10 @@ def test_generated_bodies_are_deterministic_and_vllm_shaped():
         kind="vllm",
         prompt_tokens=[128000, *np.random.default_rng(3).integers(0, 128000, 15).tolist()],
     )
-    a = bodies.generate([1, 2], n=2, max_tokens=50, seed=1)
-    b = bodies.generate([1, 2], n=2, max_tokens=50, seed=2)
+    a = synthetic.generate([1, 2], n=2, max_tokens=50, seed=1)
+    b = synthetic.generate([1, 2], n=2, max_tokens=50, seed=2)
     assert a[0].tokens.tobytes() != b[0].tokens.tobytes()
-    body = bodies.body_for(8192, kind="vllm")
+    body = synthetic.body_for(8192, kind="vllm")
     assert 76 <= len(body) / 8192 <= 102
     assert b'": ' not in body[:200] and b", " not in body[:200]
     doc = json.loads(body)
@@ -233,7 +233,7 @@ def test_generated_bodies_are_deterministic_and_vllm_shaped():
 
 def test_generated_floats_are_python_reprs_of_float32():
     """Token logprobs are written as repr(float(float32)): exponent forms, 0.0 and -9999.0 occur."""
-    body = bodies.body_for(8192, kind="minimal").decode()
+    body = synthetic.body_for(8192, kind="minimal").decode()
     start = body.index('"token_logprobs":[') + len('"token_logprobs":[')
     texts = body[start : body.index("]", start)].split(",")
     values = np.array([float(t) for t in texts]).astype(np.float32)
@@ -244,7 +244,7 @@ def test_generated_floats_are_python_reprs_of_float32():
 @pytest.mark.parametrize("k", [0, 3])
 def test_generated_prompt_logprobs(k):
     """First entry null; the real token first; with k > 0 ranks 1..k all present."""
-    body = json.loads(bodies.body_for(4, kind="vllm", n=2, prompt_len=6, prompt_logprobs=k))
+    body = json.loads(synthetic.body_for(4, kind="vllm", n=2, prompt_len=6, prompt_logprobs=k))
     first, second = body["choices"]
     assert first["prompt_logprobs"] == second["prompt_logprobs"]
     entries, prompt = first["prompt_logprobs"], first["prompt_token_ids"]
@@ -279,7 +279,7 @@ def test_auto_dispatches_by_measured_size():
         inner = auto.decoder_for(bytes(size))
         inner_decode = inner.decode
         inner.decode = lambda body, _d=inner_decode, **kw: calls.append(len(body)) or _d(body, **kw)
-    small, big = bodies.body_for(1, kind="minimal"), bodies.body_for(100000, kind="minimal")
+    small, big = synthetic.body_for(1, kind="minimal"), synthetic.body_for(100000, kind="minimal")
     assert len(small) < 31_000 < len(big)
     assert_same(auto.decode(small), REFERENCE.decode(small))
     assert_same(auto.decode(big), REFERENCE.decode(big))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from impl import registry
 from impl.decode import DecodeError
 from impl.decode.parity import assert_same
-from impl.harness import bodies
+from impl.workloads import synthetic
 
 FAMILY = "decode"
 DECODERS = {name: registry.create(FAMILY, name) for name in registry.available(FAMILY)}
@@ -198,7 +198,7 @@ def test_fast_path_runs_on_vllm_bodies(name, monkeypatch):
     for kind in ("minimal", "vllm"):
         for n, plp in ((1, None), (3, 2)):
             got = DECODERS[name].decode(
-                bodies.body_for(300, kind=kind, n=n, prompt_logprobs=plp, seed=n)
+                synthetic.body_for(300, kind=kind, n=n, prompt_logprobs=plp, seed=n)
             )
             assert got is not None
             assert len(got.sequences) == n and np.all(got.sequences[0].logprobs <= 0)

@@ -239,7 +239,7 @@ def _decode_reference():
 @pytest.mark.parametrize("name", encoder_params())
 def test_decoded_harness_bodies(name):
     """Completions decoded from the fake router's bodies (n = 3, prompt and top-k logprobs)."""
-    from impl.harness.bodies import body_for
+    from impl.workloads.synthetic import body_for
 
     decoder = _decode_reference()
     reference = registry.create("encode", registry.reference("encode"))

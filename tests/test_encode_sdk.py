@@ -116,7 +116,7 @@ def _finite_or_none(value):
 
 def test_sdk_reads_decoded_harness_bodies():
     """A realistic path: fake-router body -> decode reference -> encode -> the SDK's decoder."""
-    from impl.harness.bodies import body_for
+    from impl.workloads.synthetic import body_for
 
     name = registry.reference("decode")
     if importlib.util.find_spec(registry.entry("decode", name).module) is None:

@@ -14,7 +14,7 @@ import pytest
 from impl import registry
 from impl.ci import gate, gate_demo
 from impl.decode.parity import same
-from impl.harness.bodies import body_for
+from impl.workloads.synthetic import body_for
 
 
 def test_slowdown_patch_decodes_twice(tmp_path):

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from impl.harness import load, presets, procs, report
-from impl.harness.workload import ClientConfig, parse_sample_response
+from impl.harness import load, presets, procs, report, watch
+from impl.harness.client.config import ClientConfig, parse_sample_response
 
 STANDIN = Path(__file__).with_name("_standin.py")
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ class Standin:
         self.url = line.split()[-1]
 
     def stats(self) -> dict:
-        return procs.fetch_json(self.url + "/stats")
+        return watch.fetch_json(self.url + "/stats")
 
     def stop(self) -> None:
         procs.stop_pid(self.process, 5.0)

@@ -12,7 +12,8 @@ import json
 
 import pytest
 
-from impl.harness import load, presets, procs, realtext, report
+from impl.harness import load, presets, procs, report, watch
+from impl.workloads import realtext
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("impl.server.cli") is None, reason="the server (impl.server) is absent"
@@ -119,7 +120,7 @@ def test_real_sdk_decodes_the_default_router_bodies():
             scenario, label="default", url=server.url, router_url=router.url,
             server_pid=server.pid, client="sdk", verify="exact", progress_bar=False,
         )  # fmt: skip
-        served = procs.fetch_json(router.url + "/stats")
+        served = watch.fetch_json(router.url + "/stats")
     assert run["completed"] == 8, run["examples"]
     assert run["failed"] == {} and run["tokens"] >= 8 * 600
     assert served["served"] >= 8 and served["rendered"] >= 1
@@ -188,9 +189,7 @@ def test_the_warm_ups_stored_results_are_waited_out_before_the_window(monkeypatc
     """After the warm-up the server still keeps its fetched results (for the retrieved TTL):
     `settle` waits until it stores less than SETTLE_BYTES (here 1: nothing), so the window's
     peak RSS is the run's own; --settle-seconds 0 starts the window at once."""
-    from impl.harness import sampler
-
-    monkeypatch.setattr(sampler, "SETTLE_BYTES", 1)
+    monkeypatch.setattr(watch, "SETTLE_BYTES", 1)
     scenario = presets.Scenario(
         num_requests=8, max_tokens=64, client_processes=1, distinct_prompts=4, timeout=120.0,
         server_args=("--retrieved-ttl", "1"),

@@ -23,8 +23,8 @@ from _faults import OwnStore
 from _server import start_server
 
 from impl.harness import load, presets
-from impl.harness.sessionpoll import SessionPoller
-from impl.harness.workload import STORE_UNAVAILABLE, store_unavailable
+from impl.harness.client.config import STORE_UNAVAILABLE, store_unavailable
+from impl.harness.client.session_poll import SessionPoller
 from impl.server.store.redis import embedded
 
 ROOT = Path(__file__).resolve().parents[1]

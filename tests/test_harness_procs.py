@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from impl.harness import procs
+from impl.harness import procs, watch
 
 
 def test_a_probe_that_connected_but_got_no_answer_carries_its_connect_time():
@@ -15,7 +15,7 @@ def test_a_probe_that_connected_but_got_no_answer_carries_its_connect_time():
     with socket.create_server(("127.0.0.1", 0), backlog=8) as listener:
         port = listener.getsockname()[1]
         with pytest.raises(OSError) as raised:
-            procs.probe(f"http://127.0.0.1:{port}/healthz", timeout=0.3)
+            watch.probe(f"http://127.0.0.1:{port}/healthz", timeout=0.3)
     assert raised.value.connected is not None and raised.value.connected >= 0
 
 
@@ -23,7 +23,7 @@ def test_a_probe_that_could_not_connect_has_no_connect_time():
     """Nothing listens on the port: the failure is in connect, `.connected` is None."""
     port = procs.free_port()
     with pytest.raises(OSError) as raised:
-        procs.probe(f"http://127.0.0.1:{port}/healthz", timeout=0.3)
+        watch.probe(f"http://127.0.0.1:{port}/healthz", timeout=0.3)
     assert raised.value.connected is None
 
 
@@ -63,14 +63,16 @@ def test_a_client_process_lowers_its_own_priority(monkeypatch):
     """`_client_main` applies the config's niceness before the client runs."""
     import queue
 
-    from impl.harness import client, drive, workload
+    from impl.harness import drive
+    from impl.harness.client import config as client_config
+    from impl.harness.client import sdk_shaped
 
     niced: list[int] = []
     monkeypatch.setattr(drive.os, "nice", niced.append)
     monkeypatch.setattr(
-        client, "run_client_process", lambda config, progress, go: {"niced": list(niced)}
+        sdk_shaped, "run_client_process", lambda config, progress, go: {"niced": list(niced)}
     )
     results: queue.Queue = queue.Queue()
-    config = workload.ClientConfig(url="http://127.0.0.1:1", indices=(0, 0, 1), nice=4)
+    config = client_config.ClientConfig(url="http://127.0.0.1:1", indices=(0, 0, 1), nice=4)
     drive._client_main(config, "http", None, None, results)
     assert results.get_nowait() == {"niced": [4]}

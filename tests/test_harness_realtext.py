@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from impl import registry
-from impl.harness import bodies, realtext, textsources, vocab
+from impl.workloads import realtext, synthetic, textsources, vocab
 
 TEXT_KINDS = realtext.KINDS[1:]
 REFERENCE = registry.create("decode", registry.reference("decode"))
@@ -55,8 +55,8 @@ def test_synthetic_json_is_the_original_vllm_body():
     for n, plp in ((1, None), (2, 2)):
         assert realtext.body_for(
             700, kind="synthetic", n=n, prompt_logprobs=plp
-        ) == bodies.body_for(700, kind="vllm", n=n, prompt_logprobs=plp)
-    assert realtext.body_for(700, kind="minimal") == bodies.body_for(700, kind="minimal")
+        ) == synthetic.body_for(700, kind="vllm", n=n, prompt_logprobs=plp)
+    assert realtext.body_for(700, kind="minimal") == synthetic.body_for(700, kind="minimal")
 
 
 @pytest.mark.filterwarnings("ignore:ORJSONResponse is deprecated")
@@ -69,7 +69,7 @@ def test_rendered_as_the_servers_render(kind, how):
     response = responses.JSONResponse if how == "json" else responses.ORJSONResponse
     if kind != "synthetic" or how == "orjson":  # the synthetic json body is hand-rendered
         assert response(doc).body == body
-    shape = json.loads(bodies.body_for(3, kind="vllm"))  # the same keys in the same order
+    shape = json.loads(synthetic.body_for(3, kind="vllm"))  # the same keys in the same order
     choice, like = doc["choices"][0], shape["choices"][0]
     assert list(doc) == list(shape) and list(doc["usage"]) == list(shape["usage"])
     assert list(choice) == list(like) and list(choice["logprobs"]) == list(like["logprobs"])

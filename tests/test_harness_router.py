@@ -17,9 +17,10 @@ import psutil
 import pytest
 
 from impl import registry
-from impl.harness import procs, realtext
-from impl.harness import router as router_module
-from impl.harness.bodies import completion_body, generate
+from impl.harness import procs, watch
+from impl.harness.router import server as router_module
+from impl.workloads import realtext
+from impl.workloads.synthetic import completion_body, generate
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_bodies_are_the_generated_tokens_deterministically(router, body):
     assert len(completion.sequences[0].tokens) == 40
     for seq, choice in zip(completion.sequences, expected, strict=True):
         np.testing.assert_array_equal(seq.tokens, choice.tokens)
-    assert r and procs.fetch_json(r.url + "/stats")["rendered"] == 2  # cached: 2 distinct keys
+    assert r and watch.fetch_json(r.url + "/stats")["rendered"] == 2  # cached: 2 distinct keys
 
 
 @pytest.mark.parametrize(
@@ -144,7 +145,7 @@ def test_latency_mode_caps_generations_and_queues_the_rest(router):
     )
     replies = _post_many(r.url, [_request([1, i]) for i in range(10)])
     assert all(status == 200 for status, _, _ in replies)
-    stats = procs.fetch_json(r.url + "/stats")
+    stats = watch.fetch_json(r.url + "/stats")
     assert stats["peak_generating"] == 3
     assert stats["peak_in_flight"] == 10 and stats["served"] == 10
 
@@ -162,7 +163,7 @@ def test_seeded_faults_are_deterministic_and_reported(router):
             if rng.random() < rate:
                 expected[kind] = expected.get(kind, 0) + 1
                 break
-    stats = procs.fetch_json(r.url + "/stats")
+    stats = watch.fetch_json(r.url + "/stats")
     assert stats["injected"] == expected
     assert stats["faults"] == sum(expected.values())
     assert stats["served"] == count - stats["faults"]
@@ -188,7 +189,7 @@ def test_workers_share_the_port_and_the_stats(router):
     assert len(children) == 1
     replies = _post_many(r.url, [_request([1, i]) for i in range(40)], fresh=True)
     assert {headers["X-Hotpath-Worker"] for _, _, headers in replies} == {"0", "1"}
-    stats = procs.fetch_json(r.url + "/stats")
+    stats = watch.fetch_json(r.url + "/stats")
     assert stats["served"] == 40 and stats["workers"] == 2
     r.stop()
     assert not any(
@@ -202,15 +203,15 @@ def test_body_cache_is_bounded(router):
     for r in (small, bounded):
         for prompt in ([1, 2], [3, 4], [1, 2]):
             assert _post_many(r.url, [_request(prompt)])[0][0] == 200
-    assert procs.fetch_json(small.url + "/stats")["rendered"] == 2
-    assert procs.fetch_json(bounded.url + "/stats")["rendered"] == 3
+    assert watch.fetch_json(small.url + "/stats")["rendered"] == 2
+    assert watch.fetch_json(bounded.url + "/stats")["rendered"] == 3
 
 
 def test_body_cache_is_keyed_by_a_digest():
     """A huge prompt is held by no cache entry and rendered once: keys are 16-byte digests of
     (prompt, n, max_tokens, seed, prompt_logprobs); a repeat is served from the cache."""
-    from impl.harness.router_bodies import Bodies
-    from impl.harness.router_stats import Stats
+    from impl.harness.router.bodies import Bodies
+    from impl.harness.router.stats import Stats
 
     stats = Stats()
     cache = Bodies("minimal", 64 << 20, stats)

@@ -150,7 +150,7 @@ def test_partial_slowdown_decodes_a_fraction_more(tmp_path):
     from impl import registry
     from impl.ci import gate
     from impl.decode.parity import same
-    from impl.harness.bodies import body_for
+    from impl.workloads.synthetic import body_for
 
     picked = gate.picked("decode")
     source = (gate.ROOT / gate_demo.decoder_module(picked)).read_text()

@@ -18,7 +18,7 @@ import pytest
 
 from impl import registry
 from impl.harness.procs import Proc, start_router
-from impl.harness.router_bodies import filler_body
+from impl.harness.router.bodies import filler_body
 from impl.pool import ConnectError, ReadError, Reply
 
 FAMILY = "pool"

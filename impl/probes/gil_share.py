@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from impl import registry
 from impl.decode import releases_gil
-from impl.harness.bodies import body_for
+from impl.workloads.synthetic import body_for
 
 SECONDS = 1.0
 

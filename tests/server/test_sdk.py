@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from _server import API_KEY, Api, start_server, start_upstream
 
-from impl.harness import bodies
+from impl.workloads import synthetic
 
 tinker = pytest.importorskip(
     "tinker", reason="the real-SDK tests need `pip install 'hotpath[sdk]'`"
@@ -99,7 +99,7 @@ def _check(
     sent = _sent(upstream, seed)
     assert sent["request"]["n"] == n and sent["request"]["prompt"] == prompt
     assert sent["request"]["logprobs"] == 1 and sent["request"]["return_token_ids"] is True
-    expected = bodies.generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
+    expected = synthetic.generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
     assert len(response.sequences) == n
     for seq, want, choice in zip(
         response.sequences, expected, sent["body"]["choices"], strict=True

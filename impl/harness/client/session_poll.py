@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from impl.harness.workload import STORE_UNAVAILABLE, store_unavailable
+from impl.harness.client.config import STORE_UNAVAILABLE, store_unavailable
 
 PATH = "/api/v1/retrieve_futures"
 #: client timeouts: an ack-only poll is answered at once; a long poll is held ~30 s

@@ -14,8 +14,8 @@ The answer: a vLLM completion body for the request (see docs/vllm-body.md) with 
 tokens per choice, deterministic for (prompt, n, max_tokens, seed, prompt_logprobs) (a missing
 seed counts as 0), rendered once and cached (`--cache-mb` per worker). `--body` picks the text:
 `mixed` (the default: real prose, code and multilingual text through a real tokenizer, see
-`impl.harness.realtext`), `prose`, `code`, `multilingual`, `synthetic` (= `vllm`: the fake
-ASCII vocabulary of `impl.harness.bodies`) or `minimal` (text, token_ids and token_logprobs
+`impl.workloads.realtext`), `prose`, `code`, `multilingual`, `synthetic` (= `vllm`: the fake
+ASCII vocabulary of `impl.workloads.synthetic`) or `minimal` (text, token_ids and token_logprobs
 only); every kind but `minimal` is the logprobs=1 body (tokens, top_logprobs, text_offset,
 prompt_logprobs when asked). `--render json` writes it as vLLM does (Starlette's JSONResponse),
 `--render orjson` as an ORJSONResponse server does (other number layout). Without the
@@ -57,8 +57,8 @@ The listen backlog is `--backlog` (default 16384; the kernel caps it at net.core
 burst of connects is not dropped. `--workers N` runs N processes sharing the port
 (SO_REUSEPORT): one process cannot serve many 20 MB bodies per second.
 
-The counters behind `/stats` are `impl.harness.router_stats`; request checks and the rendered
-and filler bodies are `impl.harness.router_bodies`.
+The counters behind `/stats` are `impl.harness.router.stats`; request checks and the rendered
+and filler bodies are `impl.harness.router.bodies`.
 
 The server's tests use a smaller stand-in (`tests/_fake_vllm.py`) whose faults are chosen by a
 request's seed and which records every request it answered; its docstring says why.
@@ -69,7 +69,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import multiprocessing
 import os
 import random
@@ -81,9 +80,10 @@ from typing import Any
 
 from aiohttp import web
 
-from impl.harness import realtext
-from impl.harness.router_bodies import BadRequest, Bodies, filler_body
-from impl.harness.router_stats import FAULTS, CountingServer, Stats
+from impl._process import die_with_parent
+from impl.harness.router.bodies import BadRequest, Bodies, filler_body
+from impl.harness.router.stats import FAULTS, CountingServer, Stats
+from impl.workloads import realtext
 
 _HTML = b"<html><head><title>502 Bad Gateway</title></head><body>bad gateway</body></html>"
 _JSON = "application/json"
@@ -308,8 +308,7 @@ def _run_loop(coro: Any) -> None:
 
 def _worker(args: argparse.Namespace, port: int, stats: Stats, worker: int, ready: Any) -> None:
     """A forked worker process: its own SO_REUSEPORT socket on the shared port."""
-    with contextlib.suppress(OSError, AttributeError):  # die with the parent (Linux)
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    die_with_parent()
     sock = listen_socket(args.host, port, reuse_port=True)
     _run_loop(serve(args, sock, stats, worker, on_ready=lambda _: ready.set()))
 

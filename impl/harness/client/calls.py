@@ -1,10 +1,10 @@
 """The HTTP calls a load-client process makes, each with the Tinker SDK 0.38's retries.
 
-`SdkCalls` is a mixin of `impl.harness.client.ClientProcess` (it reads the client process's
-config, session, counters and session poller): `_call` for the session set-up calls, `_submit`
-for asample (408/409/5xx/connection errors retried with backoff and the SAME seq_id; 429 backed
-off without counting against the tries), `_poll` for retrieve_future (re-polled at once on
-try_again/408, fetched again after a `complete_metadata` answer; 5xx/429/connection
+`SdkCalls` is a mixin of `impl.harness.client.sdk_shaped.ClientProcess` (it reads the client
+process's config, session, counters and session poller): `_call` for the session set-up calls,
+`_submit` for asample (408/409/5xx/connection errors retried with backoff and the SAME seq_id;
+429 backed off without counting against the tries), `_poll` for retrieve_future (re-polled at once
+on try_again/408, fetched again after a `complete_metadata` answer; 5xx/429/connection
 errors/timeouts retried with backoff; 404 fatal; 410 raises `Resubmit`), `_wait_and_fetch` to
 wait for a sample by its own poll or through the session poller. Every request is counted by
 path.
@@ -19,14 +19,14 @@ from typing import Any
 
 import aiohttp
 
-from impl.harness.sessionpoll import PollerFailed, SessionPoller
-from impl.harness.workload import (
+from impl.harness.client.config import (
     STORE_UNAVAILABLE,
     ClientConfig,
     Failure,
     prompt_for,
     store_unavailable,
 )
+from impl.harness.client.session_poll import PollerFailed, SessionPoller
 
 try:
     import orjson

@@ -1,6 +1,6 @@
-"""Watch a server while the load runs: HTTP probes on fresh connections and the `Sampler`.
+"""Watch a server while the load runs: HTTP probes on fresh connections and the `ServerWatch`.
 
-`Sampler` is a thread that samples the server's RSS (its embedded store's apart), open fds and
+`ServerWatch` is a thread that samples the server's RSS (its embedded store's apart), open fds and
 CPU time through psutil and the latency of `GET /healthz` on a fresh connection each time (as a
 load balancer's health check would see it), and scrapes `GET /metrics` every few seconds (the
 per-step split of each result's time over the measured window, `impl.harness.steps`). `probe`,
@@ -108,7 +108,7 @@ def scrape_steps(url: str, timeout: float = 10.0) -> Any:
         return None
 
 
-class Sampler(threading.Thread):
+class ServerWatch(threading.Thread):
     """Samples a server's RSS, fds, CPU time and /healthz latency every `interval` seconds, and
     its /metrics every `metrics_every` samples."""
 
@@ -120,7 +120,7 @@ class Sampler(threading.Thread):
         router_pid: int | None = None,
         metrics_every: int = 4,
     ) -> None:
-        super().__init__(daemon=True, name="hotpath-sampler")
+        super().__init__(daemon=True, name="hotpath-watch")
         self.pid, self.url, self.interval = pid, url, interval
         self.metrics_every = metrics_every
         self._router = None

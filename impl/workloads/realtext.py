@@ -1,17 +1,17 @@
 """Seeded vLLM bodies from real text through a real tokenizer, rendered as real servers render.
 
-Body kinds (docs/vllm-body.md): `synthetic` (`impl.harness.bodies`' `vllm` body: a fake ASCII
+Body kinds (docs/vllm-body.md): `synthetic` (`impl.workloads.synthetic`' `vllm` body: a fake ASCII
 vocabulary, byte for byte as before), `prose`, `code`, `multilingual` and `mixed`; renderings:
 `json` (vLLM's `/v1/completions` answers through Starlette's `JSONResponse`: `json.dumps(...,
 ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))`) and `orjson`
 (FastAPI's `ORJSONResponse`: `orjson.dumps(..., option=OPT_NON_STR_KEYS | OPT_SERIALIZE_NUMPY)`).
-Every body has the logprobs=1 shape of `bodies`' `vllm` kind, so the kinds differ only in text.
+Every body has the logprobs=1 shape of `synthetic`' `vllm` kind, so the kinds differ only in text.
 
 How a real-text choice is made (`generate`):
 
-1. tokens: passages of the kind's text (`impl.harness.textsources`; `mixed` draws each passage
+1. tokens: passages of the kind's text (`impl.workloads.textsources`; `mixed` draws each passage
    from prose, code in a ```python fence, or multilingual text with weights 0.45/0.35/0.20),
-   in seeded random order, tokenized by Mistral's Tekken (`impl.harness.vocab`), separated by
+   in seeded random order, tokenized by Mistral's Tekken (`impl.workloads.vocab`), separated by
    "\\n\\n", cut at `max_tokens`. Choices after the first may stop early on `</s>`.
 2. sampled logprobs, float32, from a stated mixture: 52% -10**U(-7, -1.3) (a confident model),
    45.5% -Gamma(0.9, 1.6), 2.5% -U(10, 30) (the tail below -10); then 4% exactly 0.0 and 1 in
@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from impl.harness import bodies, textsources, vocab
-from impl.harness.bodies import _rng
+from impl.workloads import synthetic, textsources, vocab
+from impl.workloads.synthetic import _rng
 
 KINDS = ("synthetic", "prose", "code", "multilingual", "mixed")
 RENDERS = ("json", "orjson")
@@ -217,19 +217,19 @@ def _json_string(text: str) -> bytes:
 
 def _json_logprobs(choice: TextChoice) -> bytes:
     """`json.dumps` of `_logprobs_object(choice)`, byte for byte, ~5x faster: the numbers as
-    `bodies` renders them (repr of the double), each distinct string dumped once."""
+    `synthetic` renders them (repr of the double), each distinct string dumped once."""
     strings, keys = vllm_strings(choice)
     size = len(strings)
     names = np.array([_json_string(t) for t in strings] or [b""], dtype=object)[:size]
-    values = np.array(bodies._floats(choice.logprobs) or [b""], dtype=object)[:size]
+    values = np.array(synthetic._floats(choice.logprobs) or [b""], dtype=object)[:size]
     entries = values.copy()
     rows = np.flatnonzero(choice.top_ids >= 0).tolist()
-    for i, top in zip(rows, bodies._floats(choice.top_logprobs[rows]), strict=True):
+    for i, top in zip(rows, synthetic._floats(choice.top_logprobs[rows]), strict=True):
         if keys[i] == strings[i]:  # one key, the top-1 entry's value
             entries[i] = top
         else:
             entries[i] = entries[i] + b"," + _json_string(keys[i]) + b":" + top
-    return bodies._logprobs_json(_offsets(strings), values.tolist(), names, entries)
+    return synthetic._logprobs_json(_offsets(strings), values.tolist(), names, entries)
 
 
 def _prompt_logprobs(prompt: Sequence[int], k: int) -> list[dict[int, Any] | None]:
@@ -321,7 +321,7 @@ def completion_body(
     doc = {
         "id": f"cmpl-{digest:08x}{len(choices):08x}",
         "object": "text_completion",
-        "created": bodies._CREATED,
+        "created": synthetic._CREATED,
         "model": model,
         "choices": docs,
         "service_tier": None,
@@ -360,8 +360,8 @@ def answer(
     """The body the fake router answers for a request, for any of ROUTER_BODIES."""
     if kind in ("minimal", "vllm", "synthetic"):
         shape = "minimal" if kind == "minimal" else "vllm"
-        choices = bodies.generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
-        body = bodies.completion_body(
+        choices = synthetic.generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
+        body = synthetic.completion_body(
             choices, kind=shape, prompt_tokens=prompt, prompt_logprobs=prompt_logprobs
         )
         return rerender(body, how)
@@ -376,7 +376,7 @@ def generated_tokens(
 ) -> list[np.ndarray]:
     """The token ids per choice that `answer(kind, ...)` carries (for exact verification)."""
     if kind in ("minimal", "vllm", "synthetic"):
-        return [c.tokens for c in bodies.generate(prompt, n=n, max_tokens=max_tokens, seed=seed)]
+        return [c.tokens for c in synthetic.generate(prompt, n=n, max_tokens=max_tokens, seed=seed)]
     return [c.tokens for c in generate(prompt, kind=kind, n=n, max_tokens=max_tokens, seed=seed)]
 
 
@@ -401,13 +401,13 @@ def body_for(
     seed: int = 0,
 ) -> bytes:
     """A cached body of `kind` and rendering with `tokens` tokens in choice 0 (any kind of
-    ROUTER_BODIES; `synthetic` in `json` is `bodies.body_for(kind="vllm")` byte for byte)."""
+    ROUTER_BODIES; `synthetic` in `json` is `synthetic.body_for(kind="vllm")` byte for byte)."""
     reason = unavailable_reason(kind, render_as)
     if reason is not None:
         raise RuntimeError(reason)
     if kind in ("minimal", "vllm", "synthetic"):
         shape = "minimal" if kind == "minimal" else "vllm"
-        base = bodies.body_for(
+        base = synthetic.body_for(
             tokens, kind=shape, n=n, prompt_len=prompt_len, prompt_logprobs=prompt_logprobs,
             seed=seed,
         )  # fmt: skip
@@ -418,7 +418,7 @@ def body_for(
     )
 
 
-if __name__ == "__main__":  # python -m impl.harness.realtext [TOKENS]: size and render time
+if __name__ == "__main__":  # python -m impl.workloads.realtext [TOKENS]: size and render time
     import sys
     import time
 
@@ -432,7 +432,7 @@ if __name__ == "__main__":  # python -m impl.harness.realtext [TOKENS]: size and
                 print(f"{kind:>12} {how:<6} n/a: {unavailable_reason(kind, how)}")
                 continue
             for attempt in ("first", "again"):
-                bodies.body_for.cache_clear()
+                synthetic.body_for.cache_clear()
                 started = time.perf_counter()
                 size = len(body_for.__wrapped__(tokens, kind=kind, render_as=how))
                 took = time.perf_counter() - started

@@ -7,7 +7,7 @@ Every source is on every machine that runs hotpath, and nothing is fetched:
   file: its first 16 KB, cut at a line end (files are read when a body first draws them);
 - `prose`: CPython's documentation topics, the text `help("TOPIC")` prints
   (`pydoc_data.topics`, ~0.5 MB of English), one passage per topic, sorted by name;
-- `multilingual`: impl/harness/corpus/multilingual.txt, ~30 KB written for this project
+- `multilingual`: impl/workloads/corpus/multilingual.txt, ~30 KB written for this project
   (Chinese, Japanese, Korean, Russian, Ukrainian, Greek, Arabic, Hebrew, Hindi, Thai, European
   languages with diacritics, emoji chat lines; see corpus/README.md), one passage per paragraph.
 
@@ -61,7 +61,9 @@ def count(source: str) -> int:
     if found is None:
         raise LookupError(f"unknown text source {source!r}; known: {', '.join(SOURCES)}")
     if not found():
-        raise RuntimeError(f"no {source} text found on this machine (see impl.harness.textsources)")
+        raise RuntimeError(
+            f"no {source} text found on this machine (see impl.workloads.textsources)"
+        )
     return len(found())
 
 

@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from impl.harness.client import ClientProcess
-from impl.harness.workload import (
+from impl.harness.client.config import (
     STORE_UNAVAILABLE,
     ClientConfig,
     Failure,
     prompt_for,
     store_unavailable,
 )
+from impl.harness.client.sdk_shaped import ClientProcess
 
 
 class SdkClientProcess(ClientProcess):

@@ -8,7 +8,7 @@ nothing is downloaded at run time. Loading it takes ~1 s once per process (`load
 token's are its text, e.g. `</s>`), the string a tokenizer's `decode([id])` gives for it alone
 (`alone`: invalid UTF-8 replaced by U+FFFD, as HF tokenizers and tiktoken do) and whether that
 string ends in U+FFFD (`ends_bad`: an incomplete UTF-8 sequence, which vLLM corrects; see
-`impl.harness.realtext`). A missing mistral-common is reported by `unavailable_reason()` with
+`impl.workloads.realtext`). A missing mistral-common is reported by `unavailable_reason()` with
 the install hint; importing this module never needs it.
 """
 

@@ -2,8 +2,8 @@
 
 `ClientConfig` is one client process's share of a run (picklable: it crosses into a spawned
 process; `impl.harness.drive` makes them); `prompt_for` is the prompt and seed of each request
-index, the same for the HTTP client process (`impl.harness.client`) and the SDK one
-(`impl.harness.sdkclient`) so `verify="exact"` can regenerate the router's tokens;
+index, the same for the HTTP client process (`impl.harness.client.sdk_shaped`) and the SDK one
+(`impl.harness.client.real_sdk`) so `verify="exact"` can regenerate the router's tokens;
 `parse_sample_response` reads the SampleResponse wire bytes; `Failure` is a sample that did not
 complete, with its class in the report.
 """

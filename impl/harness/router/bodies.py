@@ -3,7 +3,7 @@
 `Bodies.key` reads a completion request as the router does (400 for malformed JSON, 422 for a
 bad field) and reduces it to a 16-byte digest of (prompt, n, max_tokens, seed,
 prompt_logprobs); `Bodies.get` renders the body for it once (in a thread, however many ask at
-once; `impl.harness.realtext.answer` makes the body of the router's `--body` and `--render`)
+once; `impl.workloads.realtext.answer` makes the body of the router's `--body` and `--render`)
 and keeps it in an LRU cache within a byte budget.
 `filler_body` is the `--body-bytes N` answer: exactly N bytes of valid JSON.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from impl.harness.router_stats import Stats
+from impl.harness.router.stats import Stats
 
 try:
     import orjson
@@ -122,7 +122,7 @@ class Bodies:
         return body
 
     def _render(self, request: tuple) -> bytes:
-        from impl.harness.realtext import answer
+        from impl.workloads.realtext import answer
 
         prompt, n, max_tokens, seed, plp = request
         return answer(

@@ -11,19 +11,19 @@ with backoff; 404 is fatal (the server lost the result); 410 resubmits. Polls se
 
 `poll` picks how a sample waits: `request` holds a `retrieve_future` poll (one connection) per
 sample; `session` runs one `retrieve_futures` poller per client process
-(`impl.harness.sessionpoll`), each sample waits for its completion to be reported, then fetches
-its payload once (at most `concurrency` fetches at once per client process, like submits);
+(`impl.harness.client.session_poll`), each sample waits for its completion to be reported, then
+fetches its payload once (at most `concurrency` fetches at once per client process, like submits);
 `auto` does what the SDK does: session when client/config says `sample_use_retrieve_futures`.
 Every HTTP request is counted by path (`requests` in the result). Every result is parsed from
 the SampleResponse wire bytes and checked: one sequence per sample, `max_tokens` tokens (choice
 0; others may stop early on EOS), logprobs as long as tokens, and with `verify="exact"` the very
 tokens the router's body kind makes for the (prompt, seed)
-(`impl.harness.realtext.generated_tokens`).
+(`impl.workloads.realtext.generated_tokens`).
 
 What a client process is told (`ClientConfig`), the prompt of each request index, how a
-SampleResponse is read and what a failed sample is are `impl.harness.workload`.
+SampleResponse is read and what a failed sample is are `impl.harness.client.config`.
 
-The HTTP calls themselves, each with the SDK's retries, are `impl.harness.sdkcalls`.
+The HTTP calls themselves, each with the SDK's retries, are `impl.harness.client.calls`.
 
 The aiohttp connector binds the client process's own 127.0.0.x source address, so several
 client processes do not share one address's ephemeral ports.
@@ -40,9 +40,9 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from impl.harness.sdkcalls import PROTO, Resubmit, SdkCalls, loads
-from impl.harness.sessionpoll import SessionPoller
-from impl.harness.workload import ClientConfig, Failure, parse_sample_response, prompt_for
+from impl.harness.client.calls import PROTO, Resubmit, SdkCalls, loads
+from impl.harness.client.config import ClientConfig, Failure, parse_sample_response, prompt_for
+from impl.harness.client.session_poll import SessionPoller
 
 
 class ClientProcess(SdkCalls):
@@ -100,7 +100,7 @@ class ClientProcess(SdkCalls):
         config = self.config
         p = index % max(config.distinct_prompts, 1)
         if p not in self._expected:
-            from impl.harness.realtext import generated_tokens
+            from impl.workloads.realtext import generated_tokens
 
             prompt, seed = prompt_for(index, config)
             self._expected[p] = generated_tokens(
