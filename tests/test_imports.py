@@ -9,8 +9,8 @@ counted: a package that imports its own submodules is not a circle.
 
 Also: the server's wings import nothing above them (`WINGS`: the store imports no forward, job
 or route), and the foundation packages import nothing of the project above them (`FOUNDATIONS`:
-the body generators import no harness, server or family). Run it alone: `python -m pytest tests/test_imports.py` (or `python
-tests/test_imports.py`, which prints every circle it finds).
+the body generators import no harness, server or family). Run it alone: `python -m pytest
+tests/test_imports.py` (or `python tests/test_imports.py`, which prints every circle it finds).
 """
 
 from __future__ import annotations

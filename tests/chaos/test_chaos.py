@@ -32,8 +32,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _engines import is_engine
-from _faults import (
+
+from tests.support.engines import is_engine
+from tests.support.faults import (
     OwnStore,
     RssWatch,
     bad_statuses,
@@ -42,8 +43,8 @@ from _faults import (
     statuses,
     tree_rss,
 )
-from _server import start_server
-from _wait import until
+from tests.support.server import start_server
+from tests.support.wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 

@@ -1,7 +1,8 @@
 """The future store through the real server: lost responses, dedup, holds, JSON, retention, 429.
 
-Each test runs `hotpath serve` in a subprocess against the stand-in upstream (tests/_fake_vllm.py,
-whose `DELAY_BASE + ms` seeds answer after `ms` milliseconds) and talks HTTP to it.
+Each test runs `hotpath serve` in a subprocess against the stand-in upstream
+(tests/support/fake_vllm.py, whose `DELAY_BASE + ms` seeds answer after `ms` milliseconds) and
+talks HTTP to it.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import httpx
 import numpy as np
 import orjson
 import pytest
-from _fake_vllm import DELAY_BASE
-from _server import API_KEY, Api, grown, start_server
 
 import impl.encode
 from impl.encode import sample_pb2
 from impl.workloads import synthetic
+from tests.support.fake_vllm import DELAY_BASE
+from tests.support.server import API_KEY, Api, grown, start_server
 
 
 def _forwards(upstream, seed: int) -> int:

@@ -5,7 +5,7 @@ per-request polling (`--no-session-poll`), on `--baseline`, and with the session
 through two server processes on the shared store (`--workers 2`: an embedded redis-server; the
 SDK's polls and fetches land on either process).
 
-Real processes: the stand-in vLLM upstream (tests/_fake_vllm.py) and the server, each on a
+Real processes: the stand-in vLLM upstream (tests/support/fake_vllm.py) and the server, each on a
 loopback port; the SDK talks HTTP to the server in this process.
 """
 
@@ -18,9 +18,9 @@ import pickle
 
 import numpy as np
 import pytest
-from _server import API_KEY, Api, start_server, start_upstream
 
 from impl.workloads import synthetic
+from tests.support.server import API_KEY, Api, start_server, start_upstream
 
 tinker = pytest.importorskip(
     "tinker", reason="the real-SDK tests need `pip install 'hotpath[sdk]'`"

@@ -60,8 +60,8 @@ burst of connects is not dropped. `--workers N` runs N processes sharing the por
 The counters behind `/stats` are `impl.harness.router.stats`; request checks and the rendered
 and filler bodies are `impl.harness.router.bodies`.
 
-The server's tests use a smaller stand-in (`tests/_fake_vllm.py`) whose faults are chosen by a
-request's seed and which records every request it answered; its docstring says why.
+The server's tests use a smaller stand-in (`tests/support/fake_vllm.py`) whose faults are chosen
+by a request's seed and which records every request it answered; its docstring says why.
 """
 
 from __future__ import annotations
