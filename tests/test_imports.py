@@ -195,17 +195,21 @@ def _inside(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
+def _imports_beyond(part: str, within: str, allowed: tuple[str, ...]) -> list[str]:
+    """Each import by a module of `part` of a module inside `within` but outside `allowed`."""
+    return [
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        if _inside(module, part)
+        for target in sorted(targets)
+        if _inside(target, within) and not any(_inside(target, ok) for ok in allowed)
+    ]
+
+
 @pytest.mark.parametrize("wing", sorted(WINGS))
 def test_a_wing_imports_nothing_above_it(wing):
     """The store knows no forward, job or route; off-loop decoding knows only the router call."""
-    above = [
-        f"{module} -> {target}"
-        for module, targets in graph().items()
-        if _inside(module, wing)
-        for target in sorted(targets)
-        if _inside(target, "impl.server")
-        and not any(_inside(target, allowed) for allowed in (wing, *WINGS[wing]))
-    ]
+    above = _imports_beyond(wing, "impl.server", (wing, *WINGS[wing]))
     assert not above, above
 
 
@@ -217,14 +221,7 @@ FOUNDATIONS = {"impl.workloads": ("impl.workloads", "impl._process")}
 @pytest.mark.parametrize("foundation", sorted(FOUNDATIONS))
 def test_a_foundation_imports_no_harness_server_or_family(foundation):
     """The body generators stand below everything that is fed with them."""
-    above = [
-        f"{module} -> {target}"
-        for module, targets in graph().items()
-        if _inside(module, foundation)
-        for target in sorted(targets)
-        if _inside(target, PACKAGE)
-        and not any(_inside(target, allowed) for allowed in FOUNDATIONS[foundation])
-    ]
+    above = _imports_beyond(foundation, PACKAGE, FOUNDATIONS[foundation])
     assert not above, above
 
 
