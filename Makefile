@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS := all,dev,sdk
 
-.PHONY: bench test install lint proto clean results
+.PHONY: bench test test-slow check install lint proto clean results profiles
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,16 @@ install: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/hotpath bench $(ARGS)
 
+# Test tiers (docs/ci.md): `make check` lint and the fast tier (no process started, a minute),
+# `make test` everything but the tests that need minutes (marked `slow`), `make test-slow` those.
 test: $(STAMP)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(ARGS)
+
+check: lint
+	$(BIN)/python -m pytest -m "not slow and not process" -q $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check impl benchmarks tests profiles perf
@@ -33,6 +41,11 @@ lint: $(STAMP)
 # The committed results sample, the figures and the README's tables, from one quiet run.
 results: $(STAMP)
 	$(BIN)/python -m impl.analysis.results $(ARGS)
+
+# Every committed profile recorded again at HEAD, one after another, and profiles/README.md's
+# table of them rewritten (profiles/record.py; ARGS="--only server" for a part).
+profiles: $(STAMP)
+	$(BIN)/python profiles/record.py $(ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. impl/encode/sample.proto
