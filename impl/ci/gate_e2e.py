@@ -28,9 +28,9 @@ results per second and the median latency of a sample.
 `python -m impl.ci.gate_e2e --base REV --head REV` runs the stage alone (`make gate` runs it
 after the instruction counts; `--only e2e` runs only it); with `--preset NAME`, `--poll` and
 `--background-load F` it compares two commits' servers on any loadtest preset, one run after
-the other with a fresh server each (how the issue-29 bisection is re-measured). Exit 0: pass (or
-not compared: the base's server could not start); 1: slower end to end, or a sample lost or
-failed; 2: the stage could not run.
+the other with a fresh server each (how the small-result latency bisection is re-measured).
+Exit 0: pass (or not compared: the base's server could not start); 1: slower end to end, or a
+sample lost or failed; 2: the stage could not run.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ _QUEUE_131072 = replace(_QUEUE, num_requests=131072, client_processes=4, timeout
 PRESETS: dict[str, tuple[Scenario, str]] = {
     "small-2048": (
         Scenario(num_requests=2048, max_tokens=16, timeout=300.0),
-        "2048 small results, instant router (in production: 71.6 s -> 2.7 s on 16 vCPU)",
+        "2048 small results, instant router (the production burst of docs/scenarios.md)",
     ),
     "long-512x32k": (
         Scenario(
@@ -110,7 +110,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             distinct_prompts=8,
             timeout=900.0,
         ),
-        "512 results of 32k tokens, minimal bodies (~340 KB each)",
+        "512 results of 32k tokens, minimal bodies",
     ),
     "long-512x262k": (
         Scenario(
@@ -123,7 +123,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             concurrency=128,
             timeout=1800.0,
         ),
-        "512 results of 262k tokens, logprobs=1 vLLM bodies of real mixed text (~21 MB each)",
+        "512 results of 262k tokens, logprobs=1 vLLM bodies of real mixed text",
     ),
     "probe-128x262k": (
         Scenario(
@@ -140,7 +140,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             healthz_interval=0.05,
             timeout=900.0,
         ),
-        "128 x 262k-token vLLM bodies of real mixed text (~21 MB) answered after 0.2 s, 64 at a "
+        "128 x 262k-token vLLM bodies of real mixed text answered after 0.2 s, 64 at a "
         "time, /healthz on a fresh connection every 50 ms (a load balancer's probe)",
     ),
     "long-queue-8192x212k": (
@@ -161,7 +161,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             # 1024 of them exceeded net.ipv4.tcp_mem here and the reads crawled (docs/offloop.md)
             server_args=("--upstream-connections", "256"),
         ),
-        "the headline run: 8192 results of 212k tokens of real mixed text (~17 MB bodies) from an "
+        "the headline run: 8192 results of 212k tokens of real mixed text from an "
         "engine of 256 slots generating 5 s each and 256 upstream connections (production's 2048 "
         "on 16 vCPU, scaled to 2 cores), SDK-like re-polls, retrieved TTL 60 s, 2048 outstanding",
     ),
