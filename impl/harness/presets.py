@@ -50,9 +50,10 @@ class Scenario:
     poll: str = "auto"
     #: niceness of the client processes (0: the server's priority). On one 2-core
     #: machine they compete with the server they measure (in production they run elsewhere):
-    #: under queue-131072-all the server's event loop waited for a CPU 76-86% of the time and
-    #: /healthz took seconds. The fake router keeps its priority: it stands in for the engine,
-    #: and niced it fell behind accepting the server's 8192 upstream connections (resets)
+    #: under queue-131072-all the server's event loop waits for a CPU most of the time and
+    #: /healthz takes seconds (docs/measurements.md). The fake router keeps its priority: it stands
+    #: in for the engine, and niced it fell behind accepting the server's 8192 upstream connections
+    #: (resets)
     load_nice: int = 0
     #: extra `hotpath serve` flags
     server_args: tuple[str, ...] = field(default_factory=tuple)
@@ -157,8 +158,8 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             timeout=3600.0,
             load_nice=10,
             # scaled like the slots: each connection holds one answer waiting to be read, and
-            # on loopback its socket buffers (~1.4 MB, both ends) are the kernel's TCP memory:
-            # 1024 of them exceeded net.ipv4.tcp_mem here and the reads crawled (docs/offloop.md)
+            # on loopback its socket buffers (both ends) are the kernel's TCP memory: 1024 of
+            # them exceed net.ipv4.tcp_mem here and the reads crawl (docs/offloop.md)
             server_args=("--upstream-connections", "256"),
         ),
         "the headline run: 8192 results of 212k tokens of real mixed text from an "
