@@ -125,7 +125,7 @@ class Decode:
 
 
 class DecodeKind:
-    """One 262144-token body of each kind and rendering of `impl.harness.realtext` (real prose,
+    """One 262144-token body of each kind and rendering of `impl.workloads.realtext` (real prose,
     code and multilingual text through a real tokenizer, the synthetic body; as json.dumps and
     as orjson render them), decoded as `Decode` does: same timer, warm decoder, parity first.
 

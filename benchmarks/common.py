@@ -1,7 +1,7 @@
 """Seeded, cached inputs for the asv suites, generated outside the timed code.
 
-Bodies come from `impl.harness.bodies.body_for` and `impl.harness.realtext.body_for` (seed 0, a
-16-token prompt, one choice), the same generators the fake router and the tests use.
+Bodies come from `impl.workloads.synthetic.body_for` and `impl.workloads.realtext.body_for`
+(seed 0, a 16-token prompt, one choice), the same generators the fake router and the tests use.
 Append-only: add sizes or kinds, never change what an existing (tokens, kind) produces, so
 results stay comparable across commits. A real-text body is kept on disk between asv's
 processes (`kind_body`), so only the first one pays for the tokenizer.
@@ -16,13 +16,13 @@ import tempfile
 from pathlib import Path
 
 from impl import measure
-from impl.harness import realtext
-from impl.harness.bodies import body_for
+from impl.workloads import realtext
+from impl.workloads.synthetic import body_for
 
 #: Generated tokens per body (`impl.measure.TOKENS`), and body kinds (docs/vllm-body.md).
 TOKENS = list(measure.TOKENS)
 BODIES = ["minimal", "vllm"]
-#: The body kinds of `impl.harness.realtext` and their renderings (the DecodeKind params).
+#: The body kinds of `impl.workloads.realtext` and their renderings (the DecodeKind params).
 KINDS = list(realtext.KINDS)
 RENDERS = list(realtext.RENDERS)
 #: where real-text bodies are kept between processes

@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("impl.listing", "what is registered per family, what runs here, and why not"),
     "bench": ("impl.bench", "the main job: every family's table; records picks for the server"),
     "serve": ("impl.server.cli", "the Tinker-SDK-compatible sampling server (FastAPI on uvicorn)"),
-    "router": ("impl.harness.router", "the fake vLLM router (instant, barrier, latency modes)"),
+    "router": ("impl.harness.router.server", "the fake vLLM router (instant, barrier, latency)"),
     "loadtest": ("impl.harness.load", "drive a server like the Tinker SDK and report"),
     "profile": ("impl.profile", "record a py-spy profile of an implementation or the server"),
 }

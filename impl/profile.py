@@ -123,7 +123,7 @@ def resolve(family: str, name: str) -> tuple[str, str]:
 
 
 def _decode(name: str, **_: Any) -> tuple[Callable[[], object], str]:
-    from impl.harness.bodies import body_for
+    from impl.workloads.synthetic import body_for
 
     body = body_for(DECODE_TOKENS)
     decoder = registry.create("decode", name)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from _server import Api, start_upstream
+
+from tests.support.server import Api, start_upstream
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ Importing a submodule runs its package's `__init__` first, but that implicit edg
 counted: a package that imports its own submodules is not a circle.
 
 Also: the server's wings import nothing above them (`WINGS`: the store imports no forward, job
-or route). Run it alone: `python -m pytest tests/test_imports.py` (or `python
-tests/test_imports.py`, which prints every circle it finds).
+or route), and the foundation packages import nothing of the project above them (`FOUNDATIONS`:
+the body generators import no harness, server or family). Run it alone: `python -m pytest
+tests/test_imports.py` (or `python tests/test_imports.py`, which prints every circle it finds).
 """
 
 from __future__ import annotations
@@ -204,6 +205,25 @@ def test_a_wing_imports_nothing_above_it(wing):
         for target in sorted(targets)
         if _inside(target, "impl.server")
         and not any(_inside(target, allowed) for allowed in (wing, *WINGS[wing]))
+    ]
+    assert not above, above
+
+
+#: foundation packages: what the harness, the server, benchmarks and tests build on, importing
+#: none of them (allowed: the package itself and these others inside `impl`).
+FOUNDATIONS = {"impl.workloads": ("impl.workloads", "impl._process")}
+
+
+@pytest.mark.parametrize("foundation", sorted(FOUNDATIONS))
+def test_a_foundation_imports_no_harness_server_or_family(foundation):
+    """The body generators stand below everything that is fed with them."""
+    above = [
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        if _inside(module, foundation)
+        for target in sorted(targets)
+        if _inside(target, PACKAGE)
+        and not any(_inside(target, allowed) for allowed in FOUNDATIONS[foundation])
     ]
     assert not above, above
 

@@ -11,7 +11,7 @@ simdjson's parser count too). The measurement rows feed `impl.pick` and
 `auto`; the medians stay in `LAST_SECONDS` for the encode section's comparison.
 
 Bodies: the original two, `minimal` and `vllm` (= `synthetic` rendered as json; labels
-`minimal-N`, `vllm-N`), and the body kinds of `impl.harness.realtext` in both renderings
+`minimal-N`, `vllm-N`), and the body kinds of `impl.workloads.realtext` in both renderings
 (`KIND-RENDER-N`, e.g. `mixed-orjson-262144`). A kind that cannot be made here is left out with
 its install hint in the notes.
 
@@ -42,8 +42,8 @@ from impl.bench.decode_timing import (
 from impl.decode import Completion
 from impl.decode._features import classify
 from impl.decode.parity import same
-from impl.harness import realtext
 from impl.measure import DEFAULT_TOKENS, LARGEST_TOKENS, TOKENS, format_seconds, render_table
+from impl.workloads import realtext
 
 FAMILY = "decode"
 KINDS = ("minimal", "vllm")

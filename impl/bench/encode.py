@@ -4,7 +4,7 @@ Per token count (`impl.measure.TOKENS`, one sequence): median time of each avail
 encoder, its ratio to the reference and parity (bytes equal to the reference's). Then the
 proto -> legacy JSON derivations (parity = same parsed value as the reference, as float32).
 The notes set the 262144-token encode against the fastest available decode of a realistic
-262144-token vLLM body (`impl.harness.bodies.body_for`; the decode section's median when it ran
+262144-token vLLM body (`impl.workloads.synthetic.body_for`; the decode section's median when it ran
 just before in this process, else measured here) and against `validated`.
 
 Lengths: full = every `impl.measure.TOKENS`, median of 7 rounds >= 0.2 s; default =
@@ -127,7 +127,7 @@ def fastest_decode(tokens: int = LARGEST_TOKENS) -> tuple[str, float] | None:
     if measured:
         name = min(measured, key=measured.__getitem__)
         return f"decode/{name} (decode section)", measured[name]
-    from impl.harness.bodies import body_for
+    from impl.workloads.synthetic import body_for
 
     body = body_for(tokens)
     screened = {}

@@ -78,7 +78,7 @@ HEADERS = {"Content-Type": "application/json"}
 
 
 async def _burst(name: str, url: str, in_flight: int) -> dict[str, Any]:
-    from impl.harness.router_bodies import filler_body
+    from impl.harness.router.bodies import filler_body
 
     forwarder = registry.create(FAMILY, name, max_connections=in_flight)
     expected = filler_body(BODY_BYTES)

@@ -106,7 +106,7 @@ class _RescansPart:
         result = self._decoder.decode(body, **options)
         extra = self._extra.get(len(body))
         if extra is None:
-            from impl.harness.bodies import body_for
+            from impl.workloads.synthetic import body_for
 
             tokens = sum(len(sequence.tokens) for sequence in result.sequences)
             extra = body_for(max(1, round(tokens * {fraction!r})), kind="vllm")
@@ -201,7 +201,7 @@ def direct_ratio(
     """CPU time of the `case` commit's decoder over the unchanged one on the gated body, best
     of `rounds` (the two alternate); and the unchanged decoder's best seconds."""
     from impl import registry
-    from impl.harness.bodies import body_for
+    from impl.workloads.synthetic import body_for
 
     body = body_for(gate.DECODE_TOKENS, kind=gate.DECODE_BODY)
     slow_path = repo.parent / f"{case}_decoder.py"
@@ -224,7 +224,7 @@ def direct_ratio(
 ROUND = """
 import json, statistics, sys, time
 from impl import registry
-from impl.harness.bodies import body_for
+from impl.workloads.synthetic import body_for
 name, tokens, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 body = body_for(tokens, kind=kind)
 warm = registry.create("decode", name)

@@ -51,7 +51,7 @@ def picked(family: str) -> str:
 
 def decode_step(tokens: int) -> Call:
     from impl import registry
-    from impl.harness.bodies import body_for
+    from impl.workloads.synthetic import body_for
 
     decoder = registry.create("decode", picked("decode"))
     body = body_for(tokens, kind=DECODE_BODY)

@@ -11,8 +11,8 @@ fuzzer run on that build; any report fails (exit status 1).
    `_native/common/request.h`), so a read past it is reported instead of being safe by design.
 2. Every compiled decoder that the install built here must import from that copy and report
    `SANITIZED` (a build that silently dropped the flags would check nothing).
-3. `tests/test_decode_compiled.py`, `tests/test_decode_buffers.py` and
-   `tests/test_decode_regressions.py`, then the fuzzer for `--seconds`, run there with the
+3. `tests/decode/test_compiled.py`, `tests/decode/test_buffers.py` and
+   `tests/decode/test_regressions.py`, then the fuzzer for `--seconds`, run there with the
    compiler's ASan runtime preloaded into python (CPython is not built with ASan; leak
    detection is off, since the interpreter keeps memory at exit on purpose). A report ends the
    process with a failure; the fuzzer keeps the case that did it.
@@ -39,9 +39,9 @@ FLAGS = (
 )
 COPIED = ("impl", "tests", "setup.py", "pyproject.toml", "README.md")
 TESTS = (
-    "tests/test_decode_compiled.py",
-    "tests/test_decode_buffers.py",
-    "tests/test_decode_regressions.py",
+    "tests/decode/test_compiled.py",
+    "tests/decode/test_buffers.py",
+    "tests/decode/test_regressions.py",
 )
 COMPILED = {
     "simdjson_nogil": "_simdjson_nogil",

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 from impl.harness import presets
-from impl.harness.workload import ClientConfig
+from impl.harness.client.config import ClientConfig
 
 
 def client_configs(
@@ -68,9 +68,9 @@ def _client_main(config: ClientConfig, client: str, progress: Any, go: Any, resu
         if config.nice:
             os.nice(config.nice)
         if client == "sdk":
-            from impl.harness.sdkclient import run_sdk_client_process as runner
+            from impl.harness.client.real_sdk import run_sdk_client_process as runner
         else:
-            from impl.harness.client import run_client_process as runner
+            from impl.harness.client.sdk_shaped import run_client_process as runner
         result = runner(config, progress, go)
     except BaseException as exc:  # reported, never hidden
         result = {"crashed": f"{type(exc).__name__}: {exc}"}

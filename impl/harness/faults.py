@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from impl.harness.procs import fetch_json, get_json
+from impl.harness.watch import fetch_json, get_json
 
 
 class KillOne(threading.Thread):

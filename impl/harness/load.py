@@ -4,9 +4,9 @@ Starts the fake router and `hotpath serve` itself (or targets `--url`), then run
 `--client-processes` client processes, each bound to its own 127.0.0.x source address, that
 submit `--num-requests` samples with at most `--concurrency` asample dispatches and
 `--max-outstanding` samples in flight, poll them with 45 s timeouts, retry as the SDK retries
-and check every result (see `impl.harness.client`; spawning the client processes and merging
-what they report is `impl.harness.drive`). While it runs: a progress bar on stderr, and a
-sampler of the server's RSS, open fds, CPU time, /healthz latency and /metrics (where each
+and check every result (see `impl.harness.client.sdk_shaped`; spawning the client processes and
+merging what they report is `impl.harness.drive`). While it runs: a progress bar on stderr, and a
+watcher of the server's RSS, open fds, CPU time, /healthz latency and /metrics (where each
 result's time went: upstream wait, decode, encode, store, serve). At the end: a table, and with
 `--report PATH` the JSON report. `--compare baseline` runs the same scenario against `hotpath
 serve --baseline` and then the picked configuration, and prints them side by side with ratios;
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from impl.harness import burner, faults, presets, procs, report
+from impl.harness import burner, faults, presets, procs, report, watch
 from impl.harness.drive import client_configs as client_configs
 from impl.harness.drive import drive
 
@@ -259,7 +259,7 @@ def run_scenario(
             started.append(server)
             url, server_pid = server.url, server.pid
             commands = {"router": router.command, "server": server.command}
-        sampler = procs.Sampler(
+        watcher = watch.ServerWatch(
             server_pid,
             url,
             interval=scenario.healthz_interval,
@@ -268,7 +268,7 @@ def run_scenario(
         if profile is not None and server_pid:
             recorders = procs.start_pyspy(server_pid, profile)
         try:
-            sampler.start()
+            watcher.start()
             configs = client_configs(
                 url,
                 scenario,
@@ -284,29 +284,29 @@ def run_scenario(
             killer = faults.KillOne(url, server_pid, kill_one_at) if kill_one_at else None
 
             def on_go() -> None:  # the measured window starts: forget the warm-up's peaks
-                settled.update(procs.settle(url, settle_seconds))
+                settled.update(watch.settle(url, settle_seconds))
                 if before_go is not None:
                     before_go()
-                sampler.restart()
-                polls_at_go.update((procs.fetch_json(url + "/healthz") or {}).get("polls") or {})
+                watcher.restart()
+                polls_at_go.update((watch.fetch_json(url + "/healthz") or {}).get("polls") or {})
                 if router_url:
-                    procs.fetch_json(router_url + "/stats?reset=1")
+                    watch.fetch_json(router_url + "/stats?reset=1")
                 if killer is not None:
                     killer.start()
 
             run = drive(configs, client=client, label=label, progress_bar=progress_bar, on_go=on_go)
-            run["server"] = sampler.finish()
+            run["server"] = watcher.finish()
             run["settle"] = settled
             if killer is not None:
                 run["fault"] = killer.finish()
-            run["healthz_latencies"] = sampler.healthz_latencies
-            run["healthz_timeline"] = sampler.healthz_timeline
-            run["steps"] = sampler.step_split()
-            run["steps_timeline"] = sampler.steps_timeline
-            run["healthz"] = procs.fetch_json(url + "/healthz") or sampler.healthz
+            run["healthz_latencies"] = watcher.healthz_latencies
+            run["healthz_timeline"] = watcher.healthz_timeline
+            run["steps"] = watcher.step_split()
+            run["steps_timeline"] = watcher.steps_timeline
+            run["healthz"] = watch.fetch_json(url + "/healthz") or watcher.healthz
             polls_at_end = (run["healthz"] or {}).get("polls") or {}
             run["server_polls"] = {k: v - polls_at_go.get(k, 0) for k, v in polls_at_end.items()}
-            run["router"] = procs.fetch_json(router_url + "/stats") if router_url else None
+            run["router"] = watch.fetch_json(router_url + "/stats") if router_url else None
         finally:
             procs.stop_pyspy(recorders)  # before the server stops: py-spy writes its file
     run.update(label=label, scenario=scenario.as_json(), commands=commands)

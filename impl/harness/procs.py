@@ -3,9 +3,8 @@
 Every process is started here as a child on loopback and stopped by its PID (SIGTERM, then
 SIGKILL), and gets SIGTERM from the kernel if the process that started it dies first (even by
 SIGKILL: the parent-death signal), so an interrupted run leaves no router or server behind.
-Watching them while the load runs (the `Sampler` thread, /healthz probes, /metrics scrapes) is
-`impl.harness.sampler`; its names are re-exported here for the callers that start and watch in
-one place.
+Watching them while the load runs (the `ServerWatch` thread, /healthz probes, /metrics scrapes)
+is `impl.harness.watch`.
 """
 
 from __future__ import annotations
@@ -27,13 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from impl.harness.sampler import Sampler as Sampler
-from impl.harness.sampler import fetch_json as fetch_json
-from impl.harness.sampler import get_json as get_json
-from impl.harness.sampler import probe as probe
-from impl.harness.sampler import scrape_steps as scrape_steps
-from impl.harness.sampler import settle as settle
-from impl.server.store.redis.embedded import die_with_parent
+from impl._process import die_with_parent
+from impl.harness.watch import get_json
 
 _URL = re.compile(r"(http://[0-9.]+:[0-9]+)")
 _ROOT = Path(__file__).resolve().parents[2]

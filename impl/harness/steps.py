@@ -5,7 +5,7 @@ The server's `hotpath_step_duration_seconds{step,implementation}` histograms hol
 `parse` reads a scrape with prometheus-client's own parser; `split` turns the difference
 between the scrape at the start of the measured window and the one at its end into rows: per
 step, the implementation, how many times it ran, its total seconds and its mean per run. Pure
-functions (the scraping is `impl.harness.procs.Sampler`'s), so tests can feed them text.
+functions (the scraping is `impl.harness.watch.ServerWatch`'s), so tests can feed them text.
 """
 
 from __future__ import annotations

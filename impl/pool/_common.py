@@ -13,7 +13,7 @@ library returned the headers and before the body is read; each library reads the
 asked (aiohttp pauses the socket past 32 KiB buffered, httpcore reads 64 KiB at a time,
 pyreqwest's streamed answers buffer 1 KiB plus hyper's connection buffer), so a waiting `admit`
 leaves the rest in the kernel's socket buffers and TCP flow control stops the sender
-(tests/test_pool_parity.py measures how much the upstream got to send meanwhile).
+(tests/pool/test_parity.py measures how much the upstream got to send meanwhile).
 Idle keep-alive connections are dropped by the client after `KEEPALIVE_SECONDS`, shorter than the
 upstream's keep-alive (the router keeps 75 s), so a reused connection is never one the upstream
 is closing.

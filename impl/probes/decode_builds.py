@@ -4,7 +4,7 @@ another build of the same extension (an older commit's, say), in one process, in
 A shared, loaded machine moves a decode's wall time from call to call, so two builds
 are only compared within one run: each round decodes the body with both (the order alternating
 from round to round), and the table shows both best calls, their ratio and the median of the
-rounds' ratios. Bodies: `impl.harness.realtext`'s kinds in both renderings at TOKENS (262144 by
+rounds' ratios. Bodies: `impl.workloads.realtext`'s kinds in both renderings at TOKENS (262144 by
 default). Before timing, the two builds' answers are compared, array for array: a build that
 answers differently is an error, not a figure.
 
@@ -26,7 +26,7 @@ import time
 from types import ModuleType
 
 from impl.decode import MAX_DEPTH, MAX_INT_DIGITS
-from impl.harness import realtext
+from impl.workloads import realtext
 
 
 def load_build(path: str, module: str) -> ModuleType:

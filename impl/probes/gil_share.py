@@ -7,7 +7,7 @@ same with a GIL-holding decoder (`simdjson`, else `orjson`). Rounds alternate th
 are printed as fractions of the solo rate. On a machine with a free second core the GIL-free
 decoders should leave the counter most of its rate; a GIL-holding one leaves it what the
 interpreter's 5 ms switch interval allows. Run: `python -m impl.probes.gil_share [ROUNDS]` (a
-figure, not a test: tests/test_decode_gil.py asserts the claim by counting the turns another
+figure, not a test: tests/decode/test_gil.py asserts the claim by counting the turns another
 thread gets while the GIL is released, with forced switching off).
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from impl import registry
 from impl.decode import releases_gil
-from impl.harness.bodies import body_for
+from impl.workloads.synthetic import body_for
 
 SECONDS = 1.0
 

@@ -17,7 +17,7 @@ import impl.decode.orjson as orjson_module
 import impl.decode.simdjson as simdjson_module
 from impl import registry
 from impl.decode import _limits
-from impl.harness.bodies import body_for
+from impl.workloads.synthetic import body_for
 
 
 def _skip(body: bytes) -> None:

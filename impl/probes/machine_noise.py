@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from impl import registry
-from impl.harness import realtext
+from impl.workloads import realtext
 
 #: sums of the 32 KB array per step of (a): a few milliseconds on a 2.5 GHz core
 SUMS = 2000

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from impl.bench import server as route_bench
-from impl.harness import procs
+from impl.harness import procs, watch
 from impl.measure import render_table
 
 TRY_AGAIN = b'{"type":"try_again"}'
@@ -106,7 +106,7 @@ class Side:
         self.seq += count
         await asyncio.gather(*(self._samples(seqs[i::CONNECTIONS]) for i in range(CONNECTIONS)))
         if scrape:
-            status, _, _ = await asyncio.to_thread(procs.probe, self.proc.url + "/metrics")
+            status, _, _ = await asyncio.to_thread(watch.probe, self.proc.url + "/metrics")
             if status != 200:
                 raise AssertionError(f"{self.name}: GET /metrics answered {status}")
             self.scrapes += 1
@@ -149,7 +149,7 @@ async def _scrape_cost(side: Side, scrapes: int = 20) -> float:
     """Server CPU seconds per GET /metrics on an idle server."""
     before = await settled_cpu_ns(side.proc.pid)
     for _ in range(scrapes):
-        status, _, _ = await asyncio.to_thread(procs.probe, side.proc.url + "/metrics")
+        status, _, _ = await asyncio.to_thread(watch.probe, side.proc.url + "/metrics")
         if status != 200:
             raise AssertionError(f"{side.name}: GET /metrics answered {status}")
     return (await settled_cpu_ns(side.proc.pid) - before) / scrapes / 1e9
@@ -165,7 +165,7 @@ async def _full(count: int, rounds: int) -> dict[str, Any]:
             proc = procs.start_server(router.url, extra=flags)
             started.append(proc)
             sides.append(Side(name, proc))
-        picks = [procs.fetch_json(s.proc.url + "/healthz")["picks"] for s in sides]
+        picks = [watch.fetch_json(s.proc.url + "/healthz")["picks"] for s in sides]
         if picks[0] != picks[1]:
             raise AssertionError(f"the two servers picked differently: {picks}")
         for side in sides:
@@ -175,7 +175,7 @@ async def _full(count: int, rounds: int) -> dict[str, Any]:
         for _ in range(rounds):
             for side, cpu in zip(sides, await _round(sides, count), strict=True):
                 samples[side.name].append(cpu)
-        counted = procs.fetch_json(sides[0].proc.url + "/healthz")["store"]["submitted"]
+        counted = watch.fetch_json(sides[0].proc.url + "/healthz")["store"]["submitted"]
         scrape_cpu = await _scrape_cost(sides[0])
     ratios = [a / b for a, b in zip(samples["metrics"], samples["no-metrics"], strict=True)]
     return {

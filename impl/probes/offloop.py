@@ -19,10 +19,10 @@ import time
 import psutil
 
 from impl import pick, registry
-from impl.harness import bodies
 from impl.measure import render_table
 from impl.server.offloop.inline import DecodeJob, Inline
 from impl.server.offloop.processes import DecodeProcesses
+from impl.workloads import synthetic
 
 DEFAULT_TOKENS = (128, 1024, 4096, 16384, 262144)
 
@@ -64,7 +64,7 @@ async def _run(args: argparse.Namespace) -> list[tuple[object, ...]]:
     rows = []
     try:
         for tokens in args.tokens:
-            body = bodies.body_for(tokens, kind="vllm")
+            body = synthetic.body_for(tokens, kind="vllm")
             job = DecodeJob(None, 1, 0, False)
             count = max(8, min(2000, 3_000_000 // max(tokens, 1)))
             for design in (Inline(decoder, encoder), processes):

@@ -55,7 +55,7 @@ def _timed_rows(
 def decode(candidates: list[str]) -> Rows:
     """Median seconds per decode of two seeded bodies (`auto` follows the others: left out)."""
     from impl.decode.parity import same
-    from impl.harness.bodies import body_for
+    from impl.workloads.synthetic import body_for
 
     inputs = [(f"{kind}-{n}", body_for(n, kind=kind)) for n, kind in DECODE_INPUTS]
     names = [name for name in candidates if name != "auto"]

@@ -33,10 +33,11 @@ import time
 from typing import IO
 
 from impl import registry
+from impl._process import die_with_parent
 from impl.server.picks import Picks, choose_or_explain
 from impl.server.settings import Settings, env_name
 from impl.server.starting import Starting
-from impl.server.store.redis.embedded import die_with_parent, memory_options
+from impl.server.store.redis.embedded import memory_options
 from impl.server.store.redis.keeper import Keeper
 
 log = logging.getLogger("hotpath.server")

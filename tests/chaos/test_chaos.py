@@ -32,8 +32,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _engines import is_engine
-from _faults import (
+
+from tests.support.engines import is_engine
+from tests.support.faults import (
     OwnStore,
     RssWatch,
     bad_statuses,
@@ -42,12 +43,12 @@ from _faults import (
     statuses,
     tree_rss,
 )
-from _server import start_server
-from _wait import until
+from tests.support.server import start_server
+from tests.support.wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
-from impl.harness import faults, load, presets, procs
+from impl.harness import faults, load, presets, procs, watch
 from impl.server.store.redis import embedded
 
 pytestmark = [
@@ -98,7 +99,7 @@ class Load(threading.Thread):
         """Return once the engine served `share` of the samples (the rest is in flight)."""
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            stats = procs.fetch_json(self.router_url + "/stats?") or {}
+            stats = watch.fetch_json(self.router_url + "/stats?") or {}
             if stats.get("served", 0) >= SCENARIO.num_requests * share:
                 return
             time.sleep(0.05)
@@ -117,7 +118,7 @@ def _serve_processes(pid: int) -> set[int]:
 
 def _status(url: str) -> int:
     try:
-        status, _ = procs.get_json(url, timeout=5.0)
+        status, _ = watch.get_json(url, timeout=5.0)
     except OSError:
         return 0
     return status

@@ -12,9 +12,9 @@ import urllib.parse
 
 import pytest
 import uvloop
-from _server import start_server
 
 from impl.server.accept import EagerAccept
+from tests.support.server import start_server
 
 WAITING = 50
 

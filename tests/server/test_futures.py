@@ -1,7 +1,8 @@
 """The future store through the real server: lost responses, dedup, holds, JSON, retention, 429.
 
-Each test runs `hotpath serve` in a subprocess against the stand-in upstream (tests/_fake_vllm.py,
-whose `DELAY_BASE + ms` seeds answer after `ms` milliseconds) and talks HTTP to it.
+Each test runs `hotpath serve` in a subprocess against the stand-in upstream
+(tests/support/fake_vllm.py, whose `DELAY_BASE + ms` seeds answer after `ms` milliseconds) and
+talks HTTP to it.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import httpx
 import numpy as np
 import orjson
 import pytest
-from _fake_vllm import DELAY_BASE
-from _server import API_KEY, Api, grown, start_server
 
 import impl.encode
 from impl.encode import sample_pb2
-from impl.harness import bodies
+from impl.workloads import synthetic
+from tests.support.fake_vllm import DELAY_BASE
+from tests.support.server import API_KEY, Api, grown, start_server
 
 
 def _forwards(upstream, seed: int) -> int:
@@ -69,7 +70,7 @@ def test_lost_response_chain(upstream, mode, retry_status):
         if retry_status == 200:
             assert retry.headers["content-type"] == "application/x-protobuf"
             response = sample_pb2.SampleResponse.FromString(retry.content)
-            want = bodies.generate([128000, 1, 2, 3], n=1, max_tokens=8, seed=seed)[0]
+            want = synthetic.generate([128000, 1, 2, 3], n=1, max_tokens=8, seed=seed)[0]
             assert np.array_equal(np.frombuffer(response.sequences[0].tokens, "<i4"), want.tokens)
             assert api.healthz()["store"]["delivered"] == 1  # only the retry was delivered
         api.close()
@@ -174,7 +175,7 @@ def test_json_derived_once_for_concurrent_polls(api):
     assert api.healthz()["store"]["json_derived"] == before + 1
     data = replies[0].json()
     assert data == orjson.loads(impl.encode.proto_to_json(proto))
-    want = bodies.generate([128000, 1, 2, 3], n=1, max_tokens=max_tokens, seed=seed)[0]
+    want = synthetic.generate([128000, 1, 2, 3], n=1, max_tokens=max_tokens, seed=seed)[0]
     assert data["sequences"][0]["tokens"] == want.tokens.tolist()
     assert np.array_equal(np.array(data["sequences"][0]["logprobs"], np.float32), want.logprobs)
 

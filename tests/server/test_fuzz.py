@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from _server import start_server, start_upstream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_hostile import ALL_ROUTES, SMALL, Connection
+
+from tests.server.test_hostile import ALL_ROUTES, SMALL, Connection
+from tests.support.server import start_server, start_upstream
 
 FIELDS = (
     "request_id",

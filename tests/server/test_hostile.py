@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from _server import API_KEY, start_server, start_upstream
+
+from tests.support.server import API_KEY, start_server, start_upstream
 
 SMALL = 4096  # every error response is shorter than this
 HOT = ("/api/v1/asample", "/api/v1/retrieve_future", "/api/v1/retrieve_futures")
@@ -240,7 +241,7 @@ def test_concurrent_huge_junk_is_refused_with_bounded_memory():
         assert [r.status_code for r in responses] == [413] * 16
         assert all(len(r.content) < SMALL for r in responses)
         assert grown_mb < 600, grown_mb
-        from _server import Api
+        from tests.support.server import Api
 
         api = Api(process.url)
         ssid = api.sampling_session()

@@ -18,7 +18,8 @@ import threading
 import time
 
 import pytest
-from _server import start_server
+
+from tests.support.server import start_server
 
 SMALL = 4096
 

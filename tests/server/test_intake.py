@@ -10,9 +10,9 @@ import selectors
 import socket
 
 import pytest
-from _server import API_KEY, Api, start_server
 
 from impl.server.intake import Intake
+from tests.support.server import API_KEY, Api, start_server
 
 
 async def _turns_of(

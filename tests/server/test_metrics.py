@@ -15,8 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from _fake_vllm import DELAY_BASE, SEED_422, SEED_500_ALWAYS, SEED_500_ONCE, SEED_CLOSE, SEED_HTML
-from _server import Api, start_server
+
+from tests.support.fake_vllm import (
+    DELAY_BASE,
+    SEED_422,
+    SEED_500_ALWAYS,
+    SEED_500_ONCE,
+    SEED_CLOSE,
+    SEED_HTML,
+)
+from tests.support.server import Api, start_server
 
 parser = pytest.importorskip(
     "prometheus_client.parser", reason="needs prometheus-client: pip install 'hotpath[server]'"

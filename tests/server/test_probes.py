@@ -19,10 +19,10 @@ import time
 
 import httpx
 import pytest
-from _server import Api, start_server
 
 from impl.harness.procs import free_port
 from impl.server.starting import Starting, listening_socket
+from tests.support.server import Api, start_server
 
 
 def test_probes_on_a_ready_server(upstream):
@@ -109,7 +109,7 @@ def test_readyz_is_503_while_picks_calibrate(upstream):
     connection), /readyz 503 "starting" while the picks calibrate, then 200 once it serves."""
     with tempfile.NamedTemporaryFile(suffix=".json") as empty:
         env = {"HOTPATH_MEASUREMENTS": empty.name}
-        # not _server.start_server: it waits for the ready line, printed once uvicorn serves
+        # not support.server.start_server: it waits for the ready line, printed once uvicorn serves
         port = free_port()
         command = [sys.executable, "-m", "impl.cli", "serve", "--port", str(port),
                    "--router-url", upstream.url, "--calibrate"]  # fmt: skip

@@ -7,11 +7,11 @@ import time
 
 import pytest
 import schemathesis
-from _server import API_KEY, Api, start_server, start_upstream
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from impl.accesslog._common import parse_line
+from tests.support.server import API_KEY, Api, start_server, start_upstream
 
 PROMPT = {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]}
 

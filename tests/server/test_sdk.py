@@ -5,7 +5,7 @@ per-request polling (`--no-session-poll`), on `--baseline`, and with the session
 through two server processes on the shared store (`--workers 2`: an embedded redis-server; the
 SDK's polls and fetches land on either process).
 
-Real processes: the stand-in vLLM upstream (tests/_fake_vllm.py) and the server, each on a
+Real processes: the stand-in vLLM upstream (tests/support/fake_vllm.py) and the server, each on a
 loopback port; the SDK talks HTTP to the server in this process.
 """
 
@@ -18,9 +18,9 @@ import pickle
 
 import numpy as np
 import pytest
-from _server import API_KEY, Api, start_server, start_upstream
 
-from impl.harness import bodies
+from impl.workloads import synthetic
+from tests.support.server import API_KEY, Api, start_server, start_upstream
 
 tinker = pytest.importorskip(
     "tinker", reason="the real-SDK tests need `pip install 'hotpath[sdk]'`"
@@ -99,7 +99,7 @@ def _check(
     sent = _sent(upstream, seed)
     assert sent["request"]["n"] == n and sent["request"]["prompt"] == prompt
     assert sent["request"]["logprobs"] == 1 and sent["request"]["return_token_ids"] is True
-    expected = bodies.generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
+    expected = synthetic.generate(prompt, n=n, max_tokens=max_tokens, seed=seed)
     assert len(response.sequences) == n
     for seq, want, choice in zip(
         response.sequences, expected, sent["body"]["choices"], strict=True

@@ -2,7 +2,7 @@
 acks, holds, every error path), the metadata-first retrieve_future and join_sampling_session.
 
 `hotpath serve` runs in a subprocess (on the memory store, then on an embedded redis-server)
-against the stand-in upstream (tests/_fake_vllm.py, whose `DELAY_BASE + ms` seeds answer
+against the stand-in upstream (tests/support/fake_vllm.py, whose `DELAY_BASE + ms` seeds answer
 after `ms` milliseconds); the test talks HTTP to it.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from _fake_vllm import DELAY_BASE, SEED_500_ALWAYS
-from _server import Api, grown, start_server
+
+from tests.support.fake_vllm import DELAY_BASE, SEED_500_ALWAYS
+from tests.support.server import Api, grown, start_server
 
 POLL = "/api/v1/retrieve_futures"
 

@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
-from _server import ROOT
 
 from impl import pick, registry
 from impl.server import calibration, cli, picks
 from impl.server.settings import Settings, add_arguments, env_name, from_args
+from tests.support.server import ROOT
 
 
 def _parser() -> argparse.ArgumentParser:

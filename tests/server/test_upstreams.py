@@ -1,7 +1,7 @@
 """Bad upstreams: each such sample fails with a clear message on retrieve_future, every other
 sample in the same run succeeds, and the server keeps answering /healthz.
 
-The stand-in upstream (tests/_fake_vllm.py) picks the misbehaviour from the request's seed;
+The stand-in upstream (tests/support/fake_vllm.py) picks the misbehaviour from the request's seed;
 the refused connection uses a port nothing listens on.
 """
 
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import socket
 
-import _fake_vllm as fake
 import pytest
-from _server import Api, start_server, start_upstream
+
+from tests.support import fake_vllm as fake
+from tests.support.server import Api, start_server, start_upstream
 
 BAD = [  # (seed, words the failure message must contain, forwards the upstream must see)
     pytest.param(fake.SEED_HTML, ["unreadable", "Welcome to nginx"], 1, id="html-with-200"),

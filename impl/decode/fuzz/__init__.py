@@ -7,7 +7,7 @@ bit for bit (`impl.decode.parity`), or both `DecodeError`. Anything else is a di
 different answer, an answer where the reference raises (or the other way round), another
 exception, or a process that died (a crash, or a sanitizer's report under `make sanitize`).
 Every disagreement is shrunk (`minimize`) and kept as a regression case in
-`tests/fixtures/decode-regressions/` (`save`), which `tests/test_decode_regressions.py` runs
+`tests/fixtures/decode-regressions/` (`save`), which `tests/decode/test_regressions.py` runs
 through every decoder.
 
 Why a seeded mutation driver, not atheris or libFuzzer: the oracle is the reference, Python's
@@ -34,7 +34,7 @@ from impl.decode import Completion, DecodeError, Decoder, parity
 
 #: The decoders the fuzzer checks unless told otherwise: the compiled ones.
 COMPILED = ("simdjson_nogil", "onepass_nogil", "onepass_nogil_avx2")
-#: Where disagreements are kept (tests/test_decode_regressions.py runs them).
+#: Where disagreements are kept (tests/decode/test_regressions.py runs them).
 REGRESSIONS = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "decode-regressions"
 
 

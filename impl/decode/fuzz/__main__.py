@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m impl.decode.fuzz",
         description="Differential fuzzer: the compiled decoders against the reference on "
         "seeded mutations of realistic bodies. Every disagreement is kept as a regression "
-        "case (tests/test_decode_regressions.py runs them). Exit 1 on any disagreement.",
+        "case (tests/decode/test_regressions.py runs them). Exit 1 on any disagreement.",
     )
     add = parser.add_argument
     add("--seconds", type=float, default=60.0, help="how long to run (default 60)")

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 
 from impl.decode import MAX_DEPTH, MAX_INT_DIGITS
-from impl.harness import realtext
+from impl.workloads import realtext
 
 #: The arrays whose elements are aimed at (their key, as written in a body).
 ARRAYS = (b"token_ids", b"token_logprobs", b"text_offset", b"prompt_token_ids", b"top_logprobs")

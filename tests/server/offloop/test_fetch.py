@@ -18,13 +18,8 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
-import _fake_vllm as fake
 import orjson
 import pytest
-from _params import family_params
-from _server import Api, start_upstream
-from _wait import until
-from test_processes import _gone, _offloop_server, _process_pids
 
 from impl import registry
 from impl.pool import PREFERENCE
@@ -32,6 +27,11 @@ from impl.server import offloop
 from impl.server.forward import BodyBudget, ForwardRunner, Job
 from impl.server.offloop.inline import DecodeJob
 from impl.server.upstream import UpstreamFailed
+from tests.server.offloop.test_processes import _gone, _offloop_server, _process_pids
+from tests.support import fake_vllm as fake
+from tests.support.params import family_params
+from tests.support.server import Api, start_upstream
+from tests.support.wait import until
 
 POOL = next(name for name in PREFERENCE if registry.unavailable_reason("pool", name) is None)
 PROMPT = [128000, 7, 8, 9, 10, 11]

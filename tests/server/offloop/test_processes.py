@@ -14,13 +14,8 @@ import asyncio
 import os
 import signal
 
-import _fake_vllm as fake
-import decode_corpus
 import psutil
 import pytest
-from _params import family_params
-from _server import Api, start_server, start_upstream
-from _wait import until
 
 from impl import registry
 from impl.decode import Completion, releases_gil
@@ -29,6 +24,11 @@ from impl.server.forward import Admission, BodyBudget
 from impl.server.offloop.inline import DecodeJob, to_proto
 from impl.server.offloop.processes import DecodeProcesses
 from impl.server.upstream import UpstreamFailed
+from tests.support import decode_corpus
+from tests.support import fake_vllm as fake
+from tests.support.params import family_params
+from tests.support.server import Api, start_server, start_upstream
+from tests.support.wait import until
 
 REFERENCE_DECODER = registry.create("decode", registry.reference("decode"))
 REFERENCE_ENCODER = registry.create("encode", registry.reference("encode"))

@@ -9,30 +9,30 @@ import asyncio
 import time
 import uuid
 
-import _engines
 import pytest
 import redis
-from _server import Api, start_server
 
 from impl.server.store import DONE, PENDING, Retention, StoreUnavailable
 from impl.server.store.redis import embedded
 from impl.server.store.redis.store import RedisStore
+from tests.support import engines
+from tests.support.server import Api, start_server
 
 pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
 FULL_AT = 8 << 20  # the engine's maxmemory in these tests
 PAYLOAD = 512 << 10
-DELAY_BASE = 800_000_000  # tests/_fake_vllm.py: seed DELAY_BASE + ms answers after ms
+DELAY_BASE = 800_000_000  # tests/support/fake_vllm.py: seed DELAY_BASE + ms answers after ms
 
 
 def _full_engine(name: str, size: int = FULL_AT) -> embedded.EmbeddedRedis:
-    return _engines.start(name, "--maxmemory", str(size), "--maxmemory-policy", "noeviction")
+    return engines.start(name, "--maxmemory", str(size), "--maxmemory-policy", "noeviction")
 
 
 def _payload(i: int) -> bytes:
     return bytes([i % 251]) * PAYLOAD
 
 
-@pytest.mark.parametrize("name", _engines.params())
+@pytest.mark.parametrize("name", engines.params())
 def test_a_full_engine_refuses_new_samples_and_keeps_every_stored_result(name: str) -> None:
     """Results of 512 KiB until the 8 MiB engine refuses one (a forward retries its finish),
     then small samples until it refuses those too: StoreUnavailable saying the store is full
@@ -110,7 +110,7 @@ def test_asample_answers_503_when_the_engine_is_full_and_nothing_is_lost(upstrea
     stored starts their 1 s retrieved TTL; as they expire the waiting finishes land, and all 16
     results are served whole: none stored was lost, none computed was dropped. Then asample is
     accepted again."""
-    server = _full_engine(_engines.embedded_engine(), 4 << 20)
+    server = _full_engine(engines.embedded_engine(), 4 << 20)
     args = ("--store", server.url, "--retrieved-ttl", "1", "--retry-after", "1")
     try:
         with start_server(upstream.url, *args) as process:
@@ -161,7 +161,7 @@ def test_asample_answers_503_when_the_engine_is_full_and_nothing_is_lost(upstrea
 def test_asample_answers_429_at_max_result_bytes_before_the_engine_fills(upstream):
     """--max-result-bytes below the engine's room: asample answers 429 once the results stored
     in the shared store reach it (the engine never refuses), and the results are served."""
-    server = _engines.start(_engines.embedded_engine(), *embedded.memory_options(2 << 20))
+    server = engines.start(engines.embedded_engine(), *embedded.memory_options(2 << 20))
     prefix = f"q{uuid.uuid4().hex[:6]}:"
     args = ("--store", server.url, "--store-prefix", prefix, "--max-result-bytes", str(2 << 20))
     try:

@@ -16,9 +16,10 @@ import signal
 import time
 
 import pytest
-from _faults import OwnStore, bad_statuses, never_logged, server_on_own_store, statuses
-from _server import Api, start_server
-from _wait import until
+
+from tests.support.faults import OwnStore, bad_statuses, never_logged, server_on_own_store, statuses
+from tests.support.server import Api, start_server
+from tests.support.wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 

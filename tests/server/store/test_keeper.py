@@ -10,7 +10,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _wait import until
+
+from tests.support.wait import until
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 

@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-from _store_options import store_options
 
 from impl import registry
 from impl.encode import proto_to_json, samples
@@ -16,6 +15,7 @@ from impl.server.baseline import json_to_completion
 from impl.server.store import DONE, FAILED, PENDING, Retention
 from impl.server.store.held import REASONS
 from impl.server.store.memory import MemoryStore
+from tests.support.store_options import store_options
 
 
 def _store(**overrides) -> MemoryStore:

@@ -10,30 +10,31 @@ import signal
 import time
 import uuid
 
-import _engines
 import numpy as np
 import pytest
-from _server import Api, grown, start_server
-from _store_options import store_options
+
+from tests.support import engines
+from tests.support.server import Api, grown, start_server
+from tests.support.store_options import store_options
 
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
 from impl.encode import sample_pb2
-from impl.harness import bodies
 from impl.server.forward import Job
 from impl.server.offloop.inline import DecodeJob
 from impl.server.store import DONE, FAILED, PENDING, Retention, StoreUnavailable
 from impl.server.store.redis import embedded
 from impl.server.store.redis.store import RedisStore
+from impl.workloads import synthetic
 
 pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
-DELAY_BASE = 800_000_000  # tests/_fake_vllm.py: seed DELAY_BASE + ms answers after ms
+DELAY_BASE = 800_000_000  # tests/support/fake_vllm.py: seed DELAY_BASE + ms answers after ms
 
 
-@pytest.fixture(scope="module", params=_engines.params())
+@pytest.fixture(scope="module", params=engines.params())
 def engine(request):
     """Each engine-level test runs on Redis and on Valkey."""
-    server = _engines.start(request.param)
+    server = engines.start(request.param)
     yield server
     server.stop()
 
@@ -199,7 +200,7 @@ def test_an_unreachable_store_raises_store_unavailable(tmp_path):
 
 
 def _expected(seed: int, max_tokens: int = 8):
-    return bodies.generate([128000, 1, 2, 3], n=1, max_tokens=max_tokens, seed=seed)[0]
+    return synthetic.generate([128000, 1, 2, 3], n=1, max_tokens=max_tokens, seed=seed)[0]
 
 
 def _check(response, seed: int) -> None:

@@ -19,7 +19,6 @@ normally comes first.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -28,7 +27,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-PR_SET_PDEATHSIG = 1
+from impl._process import die_with_parent
+
 #: Append-only file, written (not fsynced) before each reply: `appendfsync no` leaves the fsync
 #: to the kernel, so a killed redis-server loses no acknowledged write (the kernel has it) and
 #: pays no fsync; only a crash of the machine could lose the last seconds, and that takes the
@@ -38,12 +38,6 @@ INSTALL_HINT = (
     "the embedded store needs the redis-server binary (Redis >= 7): "
     "`apt-get install redis-server`, or pass --store redis://HOST:PORT/DB"
 )
-
-
-def die_with_parent() -> None:
-    """In a child before exec: SIGTERM when its parent dies, even by SIGKILL (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def binary() -> str | None:
