@@ -59,8 +59,8 @@ class AccessRecord:
     10 ms), by accident of scheduling, and wall time would charge time the thread waited for
     the GIL or for a core. The listener's CPU is reported by `track_listener_cpu_us`.
     Warm: asv re-runs `setup` before every sample (one call each), so `setup` ends with two
-    untimed calls of each path; the first call after creating a handler cost 20-60 µs of
-    thread CPU here, the following ones 6-16 µs, and that first call is not what uvicorn pays.
+    untimed calls of each path; the first call after creating a handler costs several times the
+    following ones, and that first call is not what uvicorn pays.
     """
 
     params = (NAMES,)

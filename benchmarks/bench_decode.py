@@ -8,12 +8,11 @@ on disk (`reference_result`), keyed by the body and the installed decode package
 stdlib-json reference decodes each body once per commit, not in every round.
 
 ROUNDS: one (asv's default is two processes per combination, interleaved). The 64 combinations
-took ~70 s a round here (each in a fresh process that builds its body and warms its decoder);
-one round keeps `make asv` within its per-commit budget (benchmarks/README.md), at the price of
-the dashboard's figure coming from one process, not two. The gate passes its own
-`-a rounds=4` for the combination it times. `DecodeKind` adds 110 combinations at 262144
-tokens: its body is generated once (~3 s here) and read from disk by the other processes
-(~0.3 s each before the timing).
+each run in a fresh process that builds its body and warms its decoder; one round keeps `make asv`
+within its per-commit budget (benchmarks/README.md), at the price of the dashboard's figure coming
+from one process, not two. The gate passes its own `-a rounds=4` for the combination it times.
+`DecodeKind` adds 110 combinations at 262144 tokens: its body is generated once and read from disk
+by the other processes before the timing.
 """
 
 import hashlib
@@ -97,12 +96,12 @@ class Decode:
 
     Timer: `time.process_time`, the CPU time of this process. A decode is single-threaded and
     CPU-bound (no I/O, no threads), so its CPU time is its cost, while its wall time also
-    counts the time the process waited for a core: on this shared 2-core machine the 20 MB
-    decode measured 55-131 ms wall for the same code, and ~57 ms CPU.
+    counts the time the process waited for a core, which on a shared machine moves the 20 MB
+    decode's wall time far more than its CPU time.
     Warm decoder: asv re-runs `setup` before every sample, so the decoder is created once per
     process and has decoded the body once before any sample (as in the server, which keeps
-    one). A fresh decoder per sample timed its first call: simdjson's parser allocating and
-    faulting in its buffers, ~20 ms CPU of a ~60 ms sample, which a change cannot double.
+    one). A fresh decoder per sample would time its first call: simdjson's parser allocating and
+    faulting in its buffers, a large share of the sample that a change cannot double.
     """
 
     params = (list(registry.names(FAMILY)), TOKENS, BODIES)

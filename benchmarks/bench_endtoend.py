@@ -18,7 +18,7 @@ import statistics
 
 from impl.harness import load, presets, report
 
-#: the scenario: the small-2048 preset (a round takes ~10 s here: start-up, then ~4 s of load)
+#: the scenario: the small-2048 preset (a round is the servers' start-up, then the load)
 REQUESTS = 2048
 ROUNDS = 3
 #: rounds of the baseline's run (the dashboard's "before" line; not gated)

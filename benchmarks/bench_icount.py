@@ -2,8 +2,8 @@
 
 Each figure is counted in a fresh process with a fixed hash seed and one BLAS thread, around the
 measured call only (`impl.ci.icount`: start-up, imports and input building are subtracted), so
-it is the same in every process (docs/ci.md) and a 5% rise is visible where
-CPU time varies ~1.3x between processes. Steps: the picked decoder on a 262k-token and a
+it is the same in every process (docs/ci.md) and a 5% rise is visible where CPU time varies
+by more than that between processes. Steps: the picked decoder on a 262k-token and a
 128-token vLLM body, the picked encoder on a 262k-token completion, one access-log record
 through the picked handler, and the server's asample (forward stubbed) and try_again poll
 routes in-process. Where Valgrind is not installed, setup raises NotImplementedError (n/a)

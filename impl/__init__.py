@@ -4,4 +4,4 @@ Nothing heavy is imported here: families load their implementations lazily throu
 `impl.registry`.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

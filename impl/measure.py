@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 #: Generated tokens per result that the benchmarks, `hotpath bench`, the profiles and the CI
-#: gate measure at: a short answer, then long outputs up to a realistic 262144-token vLLM body
-#: (~20 MB). Append-only, so results stay comparable across commits.
+#: gate measure at: a short answer, then long outputs up to a realistic 262144-token vLLM body.
+#: Append-only, so results stay comparable across commits.
 TOKENS = (128, 8192, 32768, 262144)
 #: the largest: what the profiles and the gate decode and encode
 LARGEST_TOKENS = TOKENS[-1]

@@ -6,8 +6,8 @@ Technique: the QueueHandler/QueueListener pattern, tightened for the event loop.
 syscall (a blocking `queue.get` in the listener would make every put a futex wake-up). One
 daemon thread wakes every `interval` (10 ms), formats what accumulated with `LineFormatter` and
 writes it with one `write` + `flush` per batch.
-Why fast: ~0.2 µs per request stays on the loop. Formatting still costs CPU in the same process
-(under the GIL), but batched, off the request's critical path.
+Why fast: only a deque append per request stays on the loop. Formatting still costs CPU in the same
+process (under the GIL), but batched, off the request's critical path.
 Lifecycle: `close()` (called by logging.shutdown at exit, by dictConfig when it reconfigures,
 and by our own atexit hook) writes every queued record before returning; `flush()` waits until
 everything queued so far is written. Records handled after close are written directly.

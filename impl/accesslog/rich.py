@@ -2,8 +2,8 @@
 
 Technique: every record is rendered as a rich Table row (time, level, message, source path
 columns), highlighted and laid out to the console width, then written.
-Why slow: the layout engine runs per record on the event loop: ~1 ms per request measured
-here, ~1.5 ms on the server that motivated this family (63% of its CPU).
+Why slow: the layout engine runs per record on the event loop, the largest share of a small
+request's CPU (docs/measurements.md, the production server and the accesslog table).
 Caveats: rich pads and wraps lines to the console width; `width` defaults to 1000 columns so a
 request stays on one line (paths longer than that would wrap). Needs `rich` (extra accesslog).
 Two failure modes of stock rich are changed so a broken stream cannot reach the request path:

@@ -5,9 +5,9 @@ optional keyword `full: bool`); this runner prints the sections, writes one JSON
 (with the environment and each section's seconds, so every figure can be traced to what
 produced it) and records the measurements `impl.pick` uses.
 
-Three lengths: `--quick` (a smoke run, under a minute), the default (every table at the sizes
-that matter, under ~5 minutes on 2 shared cores) and `--full` (every size, more repeats,
-decode's peak-memory subprocesses, pool's 8192-in-flight point and a 200 s burst budget).
+Three lengths: `--quick` (a smoke run, the shortest), the default (every table at the sizes
+that matter) and `--full` (every size, more repeats, decode's peak-memory subprocesses, pool's
+8192-in-flight point and a 200 s burst budget). docs/measurements.md has how long each took.
 """
 
 from __future__ import annotations
@@ -30,13 +30,11 @@ SECTIONS: tuple[str, ...] = (*registry.families(), "server", "endtoend")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--quick", action="store_true", help="fewer sizes and repeats: under a minute"
-    )
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats: a smoke run")
     parser.add_argument(
         "--full",
         action="store_true",
-        help="the long run (~10 min here): every size, more repeats, decode peak memory, pool at "
+        help="the long run: every size, more repeats, decode peak memory, pool at "
         "8192 in flight with a 200 s burst budget (HOTPATH_POOL_BUDGET overrides)",
     )
     parser.add_argument(

@@ -267,7 +267,7 @@ def server_costs(
 
 
 #: (records per round on the caller, requests per server batch, batches): quick, default, full;
-#: rich is ~100x slower per record, so it gets a tenth (caller) and a third (server) of them.
+#: rich is far slower per record, so it gets a tenth (caller) and a third (server) of them.
 LENGTHS = {"quick": (5000, 2000, 1), "default": (10_000, 5000, 3), "full": (20_000, 10_000, 3)}
 
 

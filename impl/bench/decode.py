@@ -17,9 +17,9 @@ its install hint in the notes.
 
 Lengths: full = 4 token counts x every body, 5 rounds; default = 128/32768/262144 x the
 original two, every kind x rendering at 262144 and `mixed` in both at 128 and 32768, 5 rounds
-(3 when one call takes >= 0.1 s; one taking >= 0.25 s is timed once, by the parity call), no
+(3 for a call of at least 0.1 s; one of at least 0.25 s is timed once, by the parity call), no
 memory table; quick = 128 (minimal, vllm), vllm at 32768 and 262144 and `mixed` in both
-renderings at 262144, 2 rounds (a call taking >= 0.1 s is timed once: the parity call).
+renderings at 262144, 2 rounds (a call of at least 0.1 s is timed once: the parity call).
 """
 
 from __future__ import annotations

@@ -61,10 +61,10 @@ def paired(a: Any, b: Any, body: bytes, quick: bool) -> tuple[float, float, floa
     """Best seconds per call of a.decode and b.decode, and the median of a/b per round.
 
     Rounds alternate which goes first; each round times both back to back, so a round's ratio
-    is taken under the same conditions for both. On a shared machine the time per call drifts
-    (the same decoder object, 15.3 and 18.0 ms in two runs a second apart on a 20 MB body), so
-    the ratio of the two bests moves by +-10% even between two objects of one decoder; the
-    median of the per-round ratios stayed within 0.99-1.01 in the same runs.
+    is taken under the same conditions for both. On a shared machine the time per call drifts,
+    so the ratio of the two bests moves even between two objects of one decoder, while the
+    median of the per-round ratios stays close to 1 in the same runs (docs/measurements.md,
+    the real-text decode entry).
     """
     number, rounds = 1, 5 if quick else 31
     while True:

@@ -181,7 +181,7 @@ def run(quick: bool, full: bool = False) -> Section:
     min_time, repeat = (0.2, 7) if full else (0.03, 3) if quick else (0.1, 5)
     names = list(registry.available(FAMILY))
     rows, measurements, encoded = _encode_rows(sizes, names, min_time=min_time, repeat=repeat)
-    if quick:  # the json reference takes ~0.5 s a call at 262144 tokens
+    if quick:  # the json reference is slow at 262144 tokens
         encoded = {tokens: data for tokens, data in encoded.items() if tokens <= 32768}
     json_rows = _json_rows(encoded, min_time=min_time, repeat=3 if quick else 5)
     table = (

@@ -7,7 +7,7 @@ sections just recorded). A row's `parity` is False when any sample failed or wen
 `hotpath bench` fails on a server that loses results.
 
 Then the off-loop comparison in its short form: `hotpath loadtest --preset probe-128x262k
---num-requests 32 --compare inline` (realistic ~20 MB bodies, /healthz on a fresh connection
+--num-requests 32 --compare inline` (realistic long bodies, /healthz on a fresh connection
 every 50 ms): the picked server, then the same implementations decoding on the event loop.
 
 `--quick` scales the counts down (128 small requests, 8 long ones of 8192 tokens, one client

@@ -50,8 +50,8 @@ FULL_COUNTS = (64, 256, 1024, 4096, 8192)
 COUNTS = (64, 256, 1024, 4096)
 QUICK_COUNTS = (32, 128)
 #: Wall-time budget of one burst (default run, `full` run). A burst predicted to exceed it is
-#: not run: httpx takes ~75 s at 1024 in flight and httpx2 ~90 s at 4096 here (predicted: ~60 s
-#: and ~185 s). Set it with HOTPATH_POOL_BUDGET=600 for more of the table.
+#: not run: httpx at 1024 in flight and httpx2 at 4096 take over a minute each here. Set it
+#: with HOTPATH_POOL_BUDGET=600 for more of the table.
 BUDGET_SECONDS, FULL_BUDGET_SECONDS = 20.0, 200.0
 
 

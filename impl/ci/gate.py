@@ -65,7 +65,7 @@ FACTOR = 1.5
 #: interleaved rounds of each time_ benchmark per commit (asv's default is 2)
 ROUNDS = 4
 #: the input each family is gated on (asv param values as asv prints them)
-DECODE_TOKENS, DECODE_BODY = LARGEST_TOKENS, "vllm"  # a realistic logprobs=1 body, ~20 MB
+DECODE_TOKENS, DECODE_BODY = LARGEST_TOKENS, "vllm"  # a realistic logprobs=1 body
 ENCODE_TOKENS = LARGEST_TOKENS
 POOL_IN_FLIGHT = 1024
 
@@ -363,7 +363,7 @@ def gate(args: argparse.Namespace) -> int:
     if (found or borderline) and not args.compare_only:
         tracks = {name for name in found if ".time_" not in name}
         # Confirm before deciding. time_: ROUNDS more interleaved rounds are appended to the
-        # samples of both commits and asv's rule judges all of them; a real step (2x) stays,
+        # samples of both commits and asv's rule judges all of them; a real step stays,
         # a noise excursion of one run mostly does not. track_ (one value per commit, the two
         # loadtests run back to back): run again with the commits in the other order; it
         # fails only if it is beyond the factor in both runs.

@@ -7,7 +7,7 @@ commits on top of it:
 
 - `slow`: the decoder the gate picks decodes every body twice (its module's `create()` returns
   a wrapper whose `decode` calls the real one twice); the demo times it directly, CPU time,
-  against the unchanged decoder on the gated 262k-token body and prints the ratio (~2x);
+  against the unchanged decoder on the gated 262k-token body and prints the ratio;
 - `unchanged`: one comment line added to the same module;
 - `slowdown` (with `--slowdown F`, e.g. 1.08): the picked decoder also decodes, after each
   body, a body of (F - 1) times its generated tokens (a re-scan of part of the body: work
@@ -25,9 +25,9 @@ prints the gate's exit status, the decode ratios it measured (CPU time, and inst
 every verdict was correct. Gate logs: `.asv/gate-demo/logs/`. Nothing here touches this
 repository's git state or its `.asv/results`.
 
-What the demo gates, to stay practical (one run of the three cases took 51 min with the whole
-gate): only what the changed module can affect, the decode family, i.e. `time_decode` (CPU
-time, 4 interleaved rounds per commit, confirmed as in the full gate) and the `decode-262k` and
+What the demo gates, to stay practical (the three cases with the whole gate take the best
+part of an hour): only what the changed module can affect, the decode family, i.e. `time_decode`
+(CPU time, 4 interleaved rounds per commit, confirmed as in the full gate) and the `decode-262k` and
 `decode-128` instruction counts; `--all-benchmarks` gates the whole subset as `make gate` does.
 Every gate run measures the base again, interleaved with its head, since that is what makes
 the timers' comparison fair under changing load. Instruction counts are read from a cache

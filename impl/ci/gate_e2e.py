@@ -19,18 +19,19 @@ results per second and the median latency of a sample.
   order in which queued samples are served.)
 - **Rounds side by side** (`ROUNDS`, 5): one server per commit, started once; each round
   drives both at once, their client processes released together, so both meet the machine in
-  the same seconds (runs one after the other, ~15 s apart, differed by up to 1.9x between two
-  servers of the same commit on the loaded machine). Per round, HEAD/base of the p50 latency
-  and base/HEAD of results/s (>1: HEAD is worse); the verdict is on the median of the per-round
-  ratios, so one round disturbed by another job does not decide. Beyond the factor (1.3), or
-  borderline (beyond its square root), as many rounds again, and the verdict on all of them.
+  the same seconds (runs one after the other, seconds apart, differ by more than the factor
+  between two servers of the same commit on a loaded machine: docs/measurements.md). Per round,
+  HEAD/base of the p50 latency and base/HEAD of results/s (>1: HEAD is worse); the verdict is on the
+  median of the per-round ratios, so one round disturbed by another job does not decide. Beyond the
+  factor (1.3), or borderline (beyond its square root), as many rounds again, and the verdict on all
+  of them.
 
 `python -m impl.ci.gate_e2e --base REV --head REV` runs the stage alone (`make gate` runs it
 after the instruction counts; `--only e2e` runs only it); with `--preset NAME`, `--poll` and
 `--background-load F` it compares two commits' servers on any loadtest preset, one run after
-the other with a fresh server each (how the issue-29 bisection is re-measured). Exit 0: pass (or
-not compared: the base's server could not start); 1: slower end to end, or a sample lost or
-failed; 2: the stage could not run.
+the other with a fresh server each (how the small-result latency bisection is re-measured).
+Exit 0: pass (or not compared: the base's server could not start); 1: slower end to end, or a
+sample lost or failed; 2: the stage could not run.
 """
 
 from __future__ import annotations

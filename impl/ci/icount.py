@@ -1,7 +1,7 @@
 """Instruction counts of the CPU-bound steps, under Valgrind, for a gate that sees 5%.
 
-CPU time still varies up to ~1.3x between processes on a shared machine (caches, the VM,
-frequency), so a timer-based gate can only catch steps of ~1.5x. The number of instructions a
+CPU time still varies between processes on a shared machine (caches, the VM, frequency), so
+a timer-based gate can only catch large steps (docs/measurements.md). The number of instructions a
 deterministic step executes does not depend on the machine's load: counted by Valgrind
 (`--tool=cachegrind --cache-sim=no`, which counts each instruction and simulates nothing else),
 the same step counts the same instructions in every fresh process, once the two sources of
@@ -11,8 +11,8 @@ drift are fixed: `PYTHONHASHSEED=0` (string hashing, hence dict and set layouts)
 `count(step)` runs `impl.ci.icount_steps STEP` under Valgrind in a fresh process; that process
 forks a child making the measured call once between two children that do not, and the count is
 the first's instructions minus the mean of the others' (see `impl.ci.icount_steps`), so
-start-up, imports and input building are not counted. Valgrind runs the code ~30-50x slower:
-one count takes ~10-60 s here, most of it the imports.
+start-up, imports and input building are not counted. Valgrind runs the code tens of times
+slower: most of a count's time is the imports.
 
     python -m impl.ci.icount [STEP ...] [--processes N]   # each step's count in N processes
 
@@ -46,7 +46,7 @@ from impl.ci.icount_steps import STEPS
 ROOT = Path(__file__).resolve().parents[2]
 #: the environment that makes a count repeatable (see the module docstring)
 FIXED_ENV = {"PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-#: seconds one counted process may take before it is stopped (a 262k decode takes ~60 s)
+#: seconds one counted process may take before it is stopped (a 262k decode is the longest)
 TIMEOUT = 900
 
 

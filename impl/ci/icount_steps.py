@@ -13,7 +13,7 @@ JSON.
 
 Steps (the picked implementation of each family, as the server would pick it here):
 - `decode-262k`, `decode-128`: the picked decoder on a realistic vLLM body (logprobs=1) of
-  262,144 generated tokens (~20 MB) and of 128 tokens.
+  262,144 generated tokens and of 128 tokens.
 - `encode-262k`: the picked encoder on a 262,144-token completion.
 - `accesslog-record`: one uvicorn access record through `logger.info` and the picked handler
   (into os.devnull), with `logging`'s clock frozen (`FrozenClock` says why). A queue handler's
@@ -76,9 +76,9 @@ class FrozenClock:
 
     A LogRecord stores `int(milliseconds)` of its wall-clock time, and CPython caches the ints
     below 257 instead of allocating them: with a real clock a record's cost depends on which
-    millisecond it falls in (~90 instructions), and a formatter that caches per second pays a
-    strftime at each new second, so counts wandered up to 0.22% between processes. A fixed
-    time at .500 s counts the common case (allocated, ~74% of real records); `functools.partial
+    millisecond it falls in, and a formatter that caches per second pays a strftime at each
+    new second, so counts would wander between processes. A fixed
+    time at .500 s counts the common case (allocated, most real records); `functools.partial
     (float, t)` is a C call like `time.time()`, so the count changes only by the clock read
     itself (a few dozen instructions, the same in every process).
     """
@@ -197,7 +197,7 @@ def asample_payload(ssid: str, seq_id: int) -> dict[str, Any]:
 
 def server_step(route: str) -> Call:
     """The app's route in-process, made repeatable: three things would otherwise make its
-    count depend on the process (measured: 243,902-250,076 instructions, 2.5%, over 8).
+    count depend on the process (docs/measurements.md has the spread they caused).
     - Timers (metrics sync every 1 s, loop lag, store sweep) fire inside the call at the whim
       of the wall clock: the loop's clock is frozen, so none comes due (`loop.time()` is a C
       call either way).
@@ -263,8 +263,8 @@ STEPS: dict[str, Callable[[], Call]] = {
     "retrieve-try-again": lambda: server_step("retrieve_future"),
 }
 #: calls per measured child; the count is their mean. One call of a small step is so short that
-#: a single allocator event (pymalloc taking a fresh pool, ~100 instructions) would move it
-#: ~0.1%; over many calls such events are part of the mean cost, as they are in the server.
+#: a single allocator event (pymalloc taking a fresh pool) would move it measurably; over many calls
+#: such events are part of the mean cost, as they are in the server.
 REPEATS = {
     "decode-262k": 1,
     "decode-128": 20,

@@ -3,13 +3,13 @@
 `auto` chooses a decoder per (feature class, size) where the measurements say the classes want
 different decoders. Why it is cheap: it reads three windows of `WINDOW` bytes (the whole body
 when that is shorter than three), at 1/4, 1/2 and 3/4 of the body, and only through C loops of
-`bytes` (`isascii`, `count`, `translate`), never a Python loop per byte: a few µs a call
+`bytes` (`isascii`, `count`, `translate`), never a Python loop per byte: the same small cost
 whatever the body's size (`hotpath bench` measures it per body: the auto table's "class cost"),
-against ~15 ms to decode a 20 MB body. Not cheap against a 4-11 KB body's 5-20 µs decode: `auto`
+negligible against decoding a 20 MB body. Not cheap against a few-KB body's decode: `auto`
 computes the class only where its measurements show a faster decoder for some class by more
 than what the class costs (`impl.decode.auto`). The windows sit where a logprobs body has its
 numbers and token strings (`token_logprobs`, `top_logprobs` and its keys), not at its start
-(the header and the `text`, ~5% of the body) nor its end (`token_ids`).
+(the header and the `text`, a small part of the body) nor its end (`token_ids`).
 
 The class is three words joined by "/":
 
@@ -22,9 +22,9 @@ The class is three words joined by "/":
   of vLLM's logprobs are below 1e-4), `orjson` when its exponents are all orjson's one-digit
   ones (`e-5`), `none` when no window has an exponent (a body without logprobs).
 
-A class is a guess from ~3 KB; a wrong one costs speed, never correctness (every decoder
-`auto` may pick equals the reference). What a class costs is not assumed here: `hotpath bench`
-records each measured body's class and its cost next to the decoders' costs, and
+A class is a guess from three 1 KB windows; a wrong one costs speed, never correctness (every
+decoder `auto` may pick equals the reference). What a class costs is not assumed here: `hotpath
+bench` records each measured body's class and its cost next to the decoders' costs, and
 `impl.decode.auto` plans from those rows.
 """
 

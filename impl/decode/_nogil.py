@@ -20,8 +20,8 @@ API_VERSION = 6  # the extensions' API_VERSION this wrapper speaks (_native/comm
 
 _BOM = b"\xef\xbb\xbf"
 # the arrays' dtypes as objects, given by position: np.frombuffer parses a dtype keyword and
-# converts a scalar type on every call (517 ns an array against 192 ns, of a ~10 us decode of a
-# 128-token body)
+# converts a scalar type on every call, a noticeable share of a 128-token body's decode
+# (docs/measurements.md, the buffer pool entry)
 _INT32 = np.dtype(np.int32)
 _FLOAT32 = np.dtype(np.float32)
 _frombuffer = np.frombuffer

@@ -14,9 +14,9 @@ step); a number ends at the first byte JSON can follow it with, and its grammar 
 from the same two loads.
 
 Why it is faster than `simdjson_nogil` on long bodies: stage 1 writes a 4-byte index entry for
-each of the ~3.9 M structural bytes of a 262144-token body, and the walk reads them back; that
-pass and the whole-body escape sweep were a third of the time. Going without them makes each
-token's end depend on the token before (a chain the CPU cannot run ahead on), so the long
+each of the millions of structural bytes of a 262144-token body, and the walk reads them back;
+that pass and the whole-body escape sweep are a large part of the time. Going without them makes
+each token's end depend on the token before (a chain the CPU cannot run ahead on), so the long
 regular arrays are checked in bulk instead, 64 bytes at a time from byte-class masks: runs of
 natural numbers (`text_offset`, `token_ids`) and of plain ASCII strings (`tokens`), each run
 ending at its last comma; and, as a stream of 64-byte blocks whose masks carry into the next,

@@ -2,7 +2,7 @@
 
 orjson builds the whole document as Python objects (every token string, every top_logprobs
 dict, every float), then the numeric lists are converted with numpy. Fast JSON, but the
-object graph dominates on realistic vLLM bodies (~80 bytes and several objects per token).
+object graph dominates on realistic vLLM bodies (several objects per token).
 orjson is stricter than the reference in places (it rejects `1e400` and lone surrogates,
 and reads integers beyond 64 bits as floats, so an integer over MAX_INT_DIGITS digits is an
 infinite double it rejects); when it rejects a body the reference decides. A document it parsed

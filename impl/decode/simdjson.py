@@ -10,8 +10,8 @@ the shared checked conversion, for that array only. Caveats handled here:
   hold proxies) and a parser that still has live proxies is replaced by a fresh one;
 - `as_buffer` flattens nested arrays (`[[1],[2]]` reads as `[1,2]`, `[[1,2],[]]` too, so no
   count can tell): buffers are trusted only when `may_nest_arrays` proves that no array in the
-  body holds an array (no `[` follows `[` or `,`; a memchr walk over the few `[`, ~1-2 ms on
-  20 MB); otherwise both arrays take the exact `as_list()` path;
+  body holds an array (no `[` follows `[` or `,`; a memchr walk over the few `[`); otherwise both
+  arrays take the exact `as_list()` path;
 - simdjson returns the first of duplicated keys (the reference: the last) and accepts a UTF-8
   BOM; both, and every body simdjson rejects (`1e400`, integers beyond 64 bits, invalid UTF-8),
   go to the reference;

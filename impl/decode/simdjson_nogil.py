@@ -11,17 +11,16 @@ MAX_DEPTH and MAX_INT_DIGITS included) and parses only what the Completion keeps
 int32/float32 buffers: `token_ids`, `token_logprobs` and, when the first choice has them,
 prompt logprobs and top-k rows. It takes the GIL back only to copy those buffers into
 pooled output buffers that numpy wraps (docs/decode.md). No DOM tape and no Python object
-per value, so peak memory stays near the body's size (the index is ~4 bytes per structural
+per value, so peak memory stays near the body's size (the index is 4 bytes per structural
 byte), and a second Python thread keeps running while a 20 MB body decodes (`releases_gil = True`).
 
-Where the time goes (262144-token body, ~3.9 M structural bytes): stage 1 about a quarter,
-the escape sweep ~5%, the walk the rest, mostly numbers never kept (`text_offset`,
-`top_logprobs`); `onepass_nogil` does without the index and the sweep. So the walk does
-no per-byte loop where it can help it: a number's end is known from the index, its grammar is
-checked from a 32-byte digit mask, a short integer in one word; strings cost one look at their
-closing quote; kept logprobs are read eight or sixteen digits at a time and rounded by
-Eisel-Lemire; skipped values go through one loop with an explicit stack, arrays of scalars
-through a tighter one.
+Where the time goes (262144-token body): stage 1, the escape sweep, and the walk, the most of
+it, mostly on numbers never kept (`text_offset`, `top_logprobs`); `onepass_nogil` does without
+the index and the sweep. So the walk does no per-byte loop where it can help it: a number's end is
+known from the index, its grammar is checked from a 32-byte digit mask, a short integer in one word;
+strings cost one look at their closing quote; kept logprobs are read eight or sixteen digits at a
+time and rounded by Eisel-Lemire; skipped values go through one loop with an explicit stack, arrays
+of scalars through a tighter one.
 
 Exactness: logprobs are rounded correctly to a double (Eisel-Lemire; the C library's strtod
 where that cannot decide), then `(float)`, the same double-then-float32 rounding as
@@ -36,8 +35,8 @@ too.
 The plain CPython C API binds it (`_nogil.py` on this side): one function (and `number`, for tests),
 no build dependency beyond setuptools and simdjson's sources, and the GIL release is one explicit
 `Py_BEGIN_ALLOW_THREADS` pair around code that touches no Python object. (simdjson's DOM parser with
-a reused parser was as fast here as the first version of this walk but kept a tape of ~2.5x the body
-size; its On-Demand API skips values without validating them.)
+a reused parser keeps a tape of a few times the body size; its On-Demand API skips values without
+validating them.)
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The old path, kept as the slow end of the comparison: Python lists, pydantic, then protobuf.
 
 Technique: every buffer becomes a Python list (`tolist()`, one object per token), a pydantic
-model validates them field by field (the response model the server used to build and dump as
-JSON), and the protobuf messages are built back from the validated lists through
-`np.array(...).tobytes()`. Per-token objects are created, validated and converted back:
-that is what made per-result re-encoding cost milliseconds. Output bytes equal the reference's
+model validates them field by field (the response model a server builds and dumps as
+JSON in the baseline configuration), and the protobuf messages are built back from the validated
+lists through `np.array(...).tobytes()`. Per-token objects are created, validated and converted
+back: that is what made per-result re-encoding cost milliseconds. Output bytes equal the reference's
 (float32 -> Python float -> float32 is exact; NaN prompt positions travel as None and come
 back as NaN, the canonical quiet NaN the decoders produce).
 Dependencies: pydantic, protobuf (`hotpath[encode]`).

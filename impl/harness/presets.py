@@ -50,9 +50,10 @@ class Scenario:
     poll: str = "auto"
     #: niceness of the client processes (0: the server's priority). On one 2-core
     #: machine they compete with the server they measure (in production they run elsewhere):
-    #: under queue-131072-all the server's event loop waited for a CPU 76-86% of the time and
-    #: /healthz took seconds. The fake router keeps its priority: it stands in for the engine,
-    #: and niced it fell behind accepting the server's 8192 upstream connections (resets)
+    #: under queue-131072-all the server's event loop waits for a CPU most of the time and
+    #: /healthz takes seconds (docs/measurements.md). The fake router keeps its priority: it stands
+    #: in for the engine, and niced it fell behind accepting the server's 8192 upstream connections
+    #: (resets)
     load_nice: int = 0
     #: extra `hotpath serve` flags
     server_args: tuple[str, ...] = field(default_factory=tuple)
@@ -100,7 +101,7 @@ _QUEUE_131072 = replace(_QUEUE, num_requests=131072, client_processes=4, timeout
 PRESETS: dict[str, tuple[Scenario, str]] = {
     "small-2048": (
         Scenario(num_requests=2048, max_tokens=16, timeout=300.0),
-        "2048 small results, instant router (in production: 71.6 s -> 2.7 s on 16 vCPU)",
+        "2048 small results, instant router (the production burst of docs/scenarios.md)",
     ),
     "long-512x32k": (
         Scenario(
@@ -110,7 +111,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             distinct_prompts=8,
             timeout=900.0,
         ),
-        "512 results of 32k tokens, minimal bodies (~340 KB each)",
+        "512 results of 32k tokens, minimal bodies",
     ),
     "long-512x262k": (
         Scenario(
@@ -123,7 +124,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             concurrency=128,
             timeout=1800.0,
         ),
-        "512 results of 262k tokens, logprobs=1 vLLM bodies of real mixed text (~21 MB each)",
+        "512 results of 262k tokens, logprobs=1 vLLM bodies of real mixed text",
     ),
     "probe-128x262k": (
         Scenario(
@@ -140,7 +141,7 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             healthz_interval=0.05,
             timeout=900.0,
         ),
-        "128 x 262k-token vLLM bodies of real mixed text (~21 MB) answered after 0.2 s, 64 at a "
+        "128 x 262k-token vLLM bodies of real mixed text answered after 0.2 s, 64 at a "
         "time, /healthz on a fresh connection every 50 ms (a load balancer's probe)",
     ),
     "long-queue-8192x212k": (
@@ -157,11 +158,11 @@ PRESETS: dict[str, tuple[Scenario, str]] = {
             timeout=3600.0,
             load_nice=10,
             # scaled like the slots: each connection holds one answer waiting to be read, and
-            # on loopback its socket buffers (~1.4 MB, both ends) are the kernel's TCP memory:
-            # 1024 of them exceeded net.ipv4.tcp_mem here and the reads crawled (docs/offloop.md)
+            # on loopback its socket buffers (both ends) are the kernel's TCP memory: 1024 of
+            # them exceed net.ipv4.tcp_mem here and the reads crawl (docs/offloop.md)
             server_args=("--upstream-connections", "256"),
         ),
-        "the headline run: 8192 results of 212k tokens of real mixed text (~17 MB bodies) from an "
+        "the headline run: 8192 results of 212k tokens of real mixed text from an "
         "engine of 256 slots generating 5 s each and 256 upstream connections (production's 2048 "
         "on 16 vCPU, scaled to 2 cores), SDK-like re-polls, retrieved TTL 60 s, 2048 outstanding",
     ),

@@ -156,7 +156,7 @@ class ServerWatch(threading.Thread):
         self.healthz_latencies: list[float] = []
         #: per probe: seconds into the window, /healthz latency, of which TCP connect (None:
         #: the connection was never made; set on a failed probe that did connect), then
-        #: from the server's answer its worst event-loop lag of the last ~10 s and its worst
+        #: from the server's answer its worst recent event-loop lag and its worst
         #: recent GC pause (ms)
         self.healthz_timeline: list[tuple[float, float, float | None, Any, Any]] = []
         self.healthz_failures = 0

@@ -33,9 +33,8 @@ from impl.pool import Admit, ConnectError, ForwardError, ReadError, Reply, descr
 DEFAULT_MAX_CONNECTIONS = 1024
 KEEPALIVE_SECONDS = 30.0
 #: aiohttp's read buffer per answer (its default 64 KiB; reading pauses past twice this): an
-#: answer waiting for `admit` holds it (`python -m impl.probes.waiting_answers`, 64 answers of
-#: 17 MB: 0.14 MB per answer in the process at 16 KiB, 0.39-0.68 MB at 64 KiB); reading a body
-#: cost the same CPU.
+#: answer waiting for `admit` holds it (`python -m impl.probes.waiting_answers` measures it:
+#: docs/measurements.md); reading a body costs the same CPU at either size.
 READ_BUFSIZE = 16 << 10
 
 

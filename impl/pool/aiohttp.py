@@ -19,8 +19,8 @@ created on first use, inside the running loop, as aiohttp requires.
 
 Why long answers go into one buffer: `response.read()` keeps the chunks (tens of KB each, on the
 heap) until the last arrives and joins them. With several 17 MB answers being read at once the
-heap grew to hold them all and stayed grown after they were freed (fetch processes' heaps 82–92
-MB on the 192 × 212k-token run, for ~32 MB of chunks at most); a buffer of 1 MiB or more is its
+heap grows to hold them all and stays grown after they are freed (docs/measurements.md, the
+headline entry); a buffer of 1 MiB or more is its
 own mapping (`return_big_buffers`), each chunk is freed as soon as it is copied, and the heap
 stays small. It costs a second copy of the body (the `bytes` made from the buffer).
 """

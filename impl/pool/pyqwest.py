@@ -3,10 +3,9 @@
 Technique: one `pyqwest.Client` over an `HTTPTransport(http_version=HTTP1, connect_timeout,
 read_timeout, pool_max_idle_per_host=N)`, no total timeout, redirects and OpenTelemetry off.
 Each request goes through `client.stream`, so the answer's headers come first (the contract's
-`admit` runs there); its body is then read chunk by chunk (hyper's reads, ~16 KiB and up) and
+`admit` runs there); its body is then read chunk by chunk (hyper's reads) and
 joined into one `bytes`. `client.post` would buffer the whole answer in Rust before returning:
-~15 ms less CPU per 21 MB body (measured here, loaded), but no point between headers and body
-for `admit`. The connection cap is an
+less CPU per long body, but no point between headers and body for `admit`. The connection cap is an
 `asyncio.Semaphore(max_connections)` around each request: pyqwest's own
 `max_connections_per_address` is set too but does not apply to a literal IP such as the router's
 127.0.0.1 (measured: 62 connections for a cap of 8); with at most N requests in flight hyper

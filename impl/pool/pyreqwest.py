@@ -4,12 +4,12 @@ Technique: one `pyreqwest.client.Client` built with `max_connections(N)` (a cap 
 flight, hence on connections), `pool_max_idle_per_host(N)`, `connect_timeout`, `pool_timeout`
 (a day: the slot wait has no deadline in the contract), `read_timeout`, no total timeout,
 redirects and status errors off; each request is built streamed (`build_streamed()`), so its
-answer's headers come first and the body is then read as hyper's chunks (~400 KB each here)
+answer's headers come first and the body is then read as hyper's chunks
 joined into one `bytes`; before that, at most the streamed read buffer (`READ_BUFFER`, 1 KiB)
 and hyper's connection buffer are taken off the socket. `body_reader.bytes()` (one Rust buffer
-copied to `bytes`) cost the same CPU per 17 MB body (11-15 ms, loaded) but its Rust allocator
-(mimalloc, bundled) kept what the buffers had grown to: 6 bodies at a time, 60 in all, held
-+142 MB after the last one was dropped, the chunks +28 MB.
+copied to `bytes`) costs the same CPU per long body but its Rust allocator (mimalloc,
+bundled) keeps what the buffers have grown to, far more than the chunks do
+(docs/measurements.md).
 
 Why fast: pooling, HTTP parsing and socket I/O run in Rust; Python sees one awaitable per request.
 The CPU of the Tokio threads is the client process's CPU, so the pool table counts it.
@@ -57,9 +57,9 @@ def _error(exc: RequestError) -> ForwardError:
 #: pyreqwest needs a finite slot wait; the contract has none, so make it longer than any run.
 SLOT_WAIT = timedelta(days=1)
 #: What a streamed answer buffers before `admit` lets its body be read (pyreqwest's default is
-#: 64 KiB). Per answer waiting in `admit` (`python -m impl.probes.waiting_answers`, 64 answers
-#: of 17 MB): 1 KiB held 0.30 MB in this process, 8 KiB 0.59 MB, 64 KiB 1.25 MB (the rest is
-#: hyper's own read buffer); reading a 17 MB body cost the same CPU (13-17 ms, loaded).
+#: 64 KiB). What an answer waiting in `admit` holds grows with it
+#: (`python -m impl.probes.waiting_answers`; docs/measurements.md); reading a body costs the
+#: same CPU at either size.
 READ_BUFFER = 1 << 10
 
 

@@ -1,4 +1,4 @@
-"""One-off probes: the scripts behind figures the docs quote, each run by hand.
+"""One-off probes: the scripts behind figures in docs/measurements.md, each run by hand.
 
 A probe measures one claim once, on the machine it runs on, and prints what it saw; it is not
 a benchmark (`benchmarks/`, `perf/`, `hotpath bench` track those across commits) and not a test
@@ -12,7 +12,7 @@ impl.probes.NAME`; its docstring says what it measures and how. The page quoting
 - `limits_junk`: 16 concurrent 30 MiB junk requests, their statuses, the server's peak RSS
   growth and a real sample afterwards (docs/server.md: limits and the error shape);
 - `router_huge_prompt`: the fake router's render latency before and after one 2M-token prompt
-  (its body cache; no figure quoted now);
+  (its body cache);
 - `metrics_cost`: server CPU per request with and without the Prometheus metrics, side by side
   (docs/metrics.md);
 - `store_calls`: round trips and commands per result on the shared store, counted
@@ -22,7 +22,7 @@ impl.probes.NAME`; its docstring says what it measures and how. The page quoting
 - `probe_rates`: /livez, /healthz and /readyz under `wrk`, req/s and server CPU per request
   (docs/server.md: probes);
 - `store_aof`: the same load on a redis-server with and without the embedded store's
-  append-only file (CHANGELOG, issue 28).
+  append-only file (docs/measurements.md).
 - `waiting_answers`: the memory an answer waiting for the body budget holds in the server's
   process, per pool implementation (docs/offloop.md).
 - `decode_builds`: the installed build of a compiled decoder against another build of it (an

@@ -1,7 +1,7 @@
 """Two builds of a compiled decoder side by side on every body kind: the installed one against
 another build of the same extension (an older commit's, say), in one process, interleaved.
 
-A shared, loaded machine moves a decode's wall time by 10-40% from call to call, so two builds
+A shared, loaded machine moves a decode's wall time from call to call, so two builds
 are only compared within one run: each round decodes the body with both (the order alternating
 from round to round), and the table shows both best calls, their ratio and the median of the
 rounds' ratios. Bodies: `impl.workloads.realtext`'s kinds in both renderings at TOKENS (262144 by

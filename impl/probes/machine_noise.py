@@ -13,7 +13,7 @@ machine's, not the decoder's: a median measured there is the machine's state at 
     python -m impl.probes.machine_noise [--steps 120] [--decoder onepass_nogil_avx2]
         [--kind code] [--render json] [--tokens 262144]
 
-Cited by docs/native.md (how noisy the machine is) and the CHANGELOG (issue 32).
+Cited by docs/native.md (how noisy the machine is); its figures are in docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 from impl import registry
 from impl.workloads import realtext
 
-#: sums of the 32 KB array per step of (a): ~5 ms on a 2.5 GHz core
+#: sums of the 32 KB array per step of (a): a few milliseconds on a 2.5 GHz core
 SUMS = 2000
 
 

@@ -3,11 +3,11 @@
 libuv (under uvloop) accepts one connection per event-loop iteration since 1.45 (libuv pull
 request 3696, "unix: don't accept() connections in a loop"): it relies on level-triggered
 polling to report the next one on the next turn. A busy server's turn is long: with 16384
-samples outstanding, one turn serves hundreds of polls, submits and fetches and takes 0.3-0.8 s
-(the loop is not *late*: every timer still fires within a turn). A burst of a few hundred new
-client connections then drains at 1-3 per second, and a load balancer's health check, a fresh
-connection, waits behind them in the kernel's accept queue for tens of seconds (measured with
-strace: one accept4 per turn, never EAGAIN, while `ss` showed 140-520 connections queued).
+samples outstanding, one turn serves hundreds of polls, submits and fetches and takes a large part
+of a second (the loop is not *late*: every timer still fires within a turn). A burst of a few
+hundred new client connections then drains a few per second, and a load balancer's health check, a
+fresh connection, waits behind them in the kernel's accept queue (strace shows one accept4 per turn,
+never EAGAIN, while `ss` shows hundreds of connections queued: docs/experiments.md).
 
 `EagerAccept` watches a duplicate of the listening descriptor (epoll keys on the descriptor, so
 the duplicate is a second watcher beside libuv's) and, each time it is readable, accepts up to

@@ -297,7 +297,7 @@ def create_app(settings: Settings, picks: Picks | None = None) -> FastAPI:
     """The server app (uvicorn `--factory` style: `functools.partial(create_app, settings)`)."""
     app = HotpathApp(
         title="hotpath",
-        version="0.1.0",
+        version="0.2.0",
         description="Tinker-SDK-compatible sampling API forwarding to a vLLM router.",
         lifespan=functools.partial(lifespan, settings=settings, picks=picks),
         limits=Limits.from_settings(settings),

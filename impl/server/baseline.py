@@ -4,7 +4,7 @@ What changes (the families' slow ends are chosen by `picks.py` from `IMPLEMENTAT
 - httpx pool, rich access log, the reference decoder, the validated (pydantic) encoder;
 - results are stored as legacy JSON (what the old server dumped), and every protobuf poll
   converts that JSON back to SampleResponse bytes, under one global lock, in a worker thread
-  (that lock is what capped proto delivery near 150 results/s); JSON cannot carry -inf, and
+  (that lock is what caps proto delivery); JSON cannot carry -inf, and
   empty fields come back absent, so those rare results differ from the fast path's bytes;
 - the retrieved-TTL clock starts when the response is built, before it is sent: a poll whose
   client had already gone away still starts it, and the client's retry can find the result

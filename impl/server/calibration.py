@@ -6,8 +6,7 @@ names and returns rows in the measurements format (`{"input", "size_bytes", "cos
 seconds}}`, lower is better); an implementation whose result differs from the reference's is
 left out of its row, as `hotpath bench` leaves it out. The pool has none: its cost only shows
 with hundreds of requests in flight, too long for a start-up, so it falls back to the
-preference order. Measured on the 2-core development machine at load average ~13: decode
-1.4 s, encode 0.6 s, access log 2.0 s.
+preference order. The three together take a few seconds (docs/measurements.md).
 """
 
 from __future__ import annotations

@@ -85,8 +85,9 @@ def tune_runtime(settings: settings_module.Settings, accesslog: str) -> None:
     """Process-wide settings for a long-lived server (the baseline keeps CPython's defaults).
 
     Garbage collector: with thousands of open connections, tasks and stored records, CPython's
-    defaults ran generation-2 collections of ~0.6 s each every few seconds under queue-32768
-    (over half the server's CPU time went to the collector, and /healthz waited behind it).
+    defaults run long generation-2 collections every few seconds under queue-32768 (most of
+    the server's CPU time goes to the collector, and /healthz waits behind it; the figures:
+    docs/measurements.md).
     Objects alive once the server listens (modules, the app, the routes) are frozen: no
     collection scans them again. Logging: `logging._srcfile = None` (the logging HOWTO's
     "Optimization" advice) skips the stack walk that finds each record's caller, which no

@@ -218,9 +218,7 @@ class Admission:
     arrives (a join or a copy, synchronous on the event loop that read it). That second copy
     exists for one body at a time per loop (the server's, each fetch process's) and only while
     it runs, so the bound is the budget plus one body per loop, like the decoded arrays, which
-    the budget does not count either. (Until issue 30's second round the hold was twice the
-    length for the whole read, and in fetch processes until the answer: 128 MiB let ~3.7
-    bodies of 17 MB in at once where ~7.5 fit.)"""
+    the budget does not count either."""
 
     __slots__ = ("budget", "expected", "held", "holding")
 

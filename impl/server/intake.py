@@ -6,9 +6,9 @@ keeps up to 400 of them in flight. Served as they come, a burst of them fills ev
 each turn runs hundreds of new submissions, and a `retrieve_futures` poll or a result's fetch
 that arrived meanwhile waits for the whole turn, then for the next. With the session protocol a
 sample needs two such requests after it completed (the poll that reports it, then its fetch),
-so under a burst results came out only once the submissions were over: small-2048 at load 4-9
-on 2 cores, the first 10% of results were fetched after 2.4-4.6 s against 0.9-2.0 s with one
-held poll per sample (which is answered in the completion's own turn, no request needed).
+so under a burst results come out only once the submissions are over, later than with one
+held poll per sample, which is answered in the completion's own turn with no request needed
+(docs/experiments.md has the runs).
 
 `Intake.turn()` is the first thing asample awaits. While results are going out (a poll or a
 fetch was served in the last `CONTENDED` seconds: `finishing()`, called by those routes), at
@@ -18,8 +18,8 @@ in the turn they arrive in. When nothing is going out (a burst's first submissio
 seconds a queueing engine takes to generate) asamples are not bounded at all: the intake never
 holds back work that would feed an idle engine. The total work is the same; the order changes
 from "start everything, then finish" to "finish what was started, then start more", which is
-what a sample's latency measures. `per_turn` 0 admits every asample at once (the behaviour
-before, and `--baseline`'s).
+what a sample's latency measures. `per_turn` 0 admits every asample at once (as
+`--baseline` does).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
   process and Python collectors (CPU, RSS, fds, gc counts).
 
 Why it is cheap. A prometheus-client `Histogram.observe` takes a lock twice and scans the
-buckets (1–3 µs here, a few % of a 40–60 µs request). The hot path instead calls a `Tally`
+buckets, a noticeable share of a small request's CPU. The hot path instead calls a `Tally`
 (tallies.py): a bisect into the bucket bounds and two additions on plain Python numbers (~0.3
 µs, event-loop thread only); `sync()` (every second, and before each scrape) adds the tallies
 into the real histograms. Per request that leaves two `perf_counter` calls, a wrapped `send`

@@ -3,10 +3,10 @@ long a head or a body may take to arrive.
 
 uvicorn bounds nothing of a request's head with httptools (`h11_max_incomplete_event_size` is
 h11's alone): httptools keeps appending a header's bytes until its end arrives, so a 32 MB
-header costs 32 MB (20 at once took the server from 120 to 799 MB), and 20,000 headers were
-all parsed; and no timer runs before a request's head is complete (uvicorn arms its keep-alive
-timer only after a response), so a client that sends a byte a second (slowloris) holds its
-connection forever. `LimitedHttpToolsProtocol` adds, per connection:
+header costs 32 MB of the server's memory, and 20,000 headers are all parsed; and no timer runs
+before a request's head is complete (uvicorn arms its keep-alive timer only after a response), so a
+client that sends a byte a second (slowloris) holds its connection forever.
+`LimitedHttpToolsProtocol` adds, per connection:
 
 - **head bytes** (`--max-header-bytes`, 32 KiB like nginx's 4 x 8k header buffers): the bytes
   of a head are counted as they arrive, before httptools sees them; over the limit the server
@@ -31,10 +31,10 @@ on /healthz (`http_refused`) and /metrics (`hotpath_http_refused_total{reason}`)
 
 The probes (`/livez`, `/readyz`) are not access-logged: an orchestrator asks every few seconds,
 and those lines would be most of a quiet server's log (the request metrics skip them too,
-app.py); every other request is logged as before. `GET /livez` is answered here, on the event
+app.py); every other request is logged. `GET /livez` is answered here, on the event
 loop, as soon as its head is parsed: one write of a constant response, no ASGI task (a
 liveness probe asks whether the process and its loop answer; uvicorn's path through the
-application cost ~5x more, two writes and a task; the app's own `/livez` route serves other
+application costs two writes and a task; the app's own `/livez` route serves other
 servers of the same app and the OpenAPI schema).
 """
 

@@ -27,7 +27,7 @@ INT64_MAX = 2**63 - 1024
 SAFE_INT_MAX = 2**53 - 1
 #: One bound for a sample's `seq_id` on every route: what asample accepts, retrieve_futures can
 #: poll (the clone of a seq_id is `seq_id // CLONE_BLOCK`, so CLONE_MAX is the clone of
-#: SEQ_ID_MAX); before, asample took any integer and a sample past 2**63 could never be polled.
+#: SEQ_ID_MAX): a sample past 2**63 could never be polled.
 SEQ_ID_MAX = INT64_MAX
 CLONE_MAX = SEQ_ID_MAX // CLONE_BLOCK
 

@@ -31,10 +31,10 @@ class Settings:
     )
     baseline: bool = _opt(
         False,
-        "run the configuration servers ran before the fixes (httpx pool, rich access log, "
-        "reference decode, validated encode, JSON converted to proto on every poll under one "
-        "lock, retrieved-TTL clock started when the response is built, per-request polling), for "
-        "before/after runs",
+        "run the baseline configuration (httpx pool, rich access log, reference decode, "
+        "validated encode, JSON converted to proto on every poll under one lock, retrieved-TTL "
+        "clock started when the response is built, per-request polling), the other side of "
+        "--compare baseline",
     )
     decode: str | None = _opt(
         None, "decode implementation (see /healthz for the pick and why)", flag_type=str
@@ -62,7 +62,7 @@ class Settings:
     offloop_min_bytes: int = _opt(
         1 << 20,
         "bodies smaller than this are decoded on the loop even with threads or processes: "
-        "below it a decode blocks the loop for at most ~2 ms and costs less CPU in total "
+        "below it a decode blocks the loop briefly and costs less CPU in total "
         "than handing the body over (with fetch: requests whose expected body, from "
         "max_tokens, is smaller go through the loop's pool and decode on the loop)",
     )
@@ -77,15 +77,15 @@ class Settings:
     offloop_pool: str = _opt(
         "auto",
         "the pool implementation of the fetch processes, which receive only long bodies: a "
-        "registry name, or auto (aiohttp where it imports, else --pool's pick: on 512 x "
-        "212k-token bodies it cost 55 ms of server CPU per result against 58-63 ms with "
-        "pyreqwest, and its fetch processes peaked at ~200 MB against ~450 MB)",
+        "registry name, or auto (aiohttp where it imports, else --pool's pick: on long bodies "
+        "aiohttp costs the least server CPU per result and its fetch processes the least "
+        "memory)",
     )
     max_body_bytes_in_flight: int = _opt(
         128 << 20,
-        "upstream body bytes held at once: a body takes twice its Content-Length (the pool's "
-        "buffer and the bytes made from it) when its answer's headers arrive, once its own size "
-        "when read, until its SampleResponse bytes exist. Answers that do not fit wait unread "
+        "upstream body bytes held at once: a body takes its Content-Length (or, without one, "
+        "the size expected from max_tokens) when its answer's headers arrive, its own size once "
+        "read, until its SampleResponse bytes exist. Answers that do not fit wait unread "
         "in their sockets (TCP flow control holds the router); requests are never held back: "
         "the requests at the router are bounded by --upstream-connections. One body larger "
         "than this is let through alone",
@@ -101,14 +101,14 @@ class Settings:
         True,
         "accept every connection waiting in the listen queue each time it is readable (as "
         "asyncio does), not one per event-loop turn as uvloop's libuv does: under load a turn "
-        "takes ~0.5 s, and a health check's fresh connection waited tens of seconds behind a "
-        "burst of new client connections; --no-eager-accept restores libuv's behaviour",
+        "is long, and a health check's fresh connection would wait behind a burst of new "
+        "client connections; --no-eager-accept keeps libuv's behaviour",
     )
     intake_per_turn: int = _opt(
         16,
         "asample requests that proceed per event-loop turn; the rest wait for a later turn, "
         "so polls, fetches and completions are not queued behind a burst of submissions "
-        "(impl/server/intake.py; 0: no bound, as before and with --baseline)",
+        "(impl/server/intake.py; 0: no bound, as with --baseline)",
     )
     keep_alive: float = _opt(75.0, "seconds an idle client connection is kept open")
     upstream_connections: int = _opt(1024, "most connections the pool opens to the router")

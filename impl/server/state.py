@@ -91,9 +91,9 @@ class GcMonitor:
     def count_frozen(self) -> None:
         """Count the frozen objects (once the server froze them at start-up), for `snapshot`.
 
-        Not counted per snapshot: gc.get_freeze_count() walks every frozen object (~92k in the
-        server, scattered in memory), 7 ms per call on an idle server and 10-20 ms under
-        probe-128x262k, where /healthz called it every 50 ms: over half the loop's busy time."""
+        Not counted per snapshot: gc.get_freeze_count() walks every frozen object (tens of
+        thousands in the server, scattered in memory), milliseconds per call, and under
+        probe-128x262k /healthz is asked every 50 ms."""
         self.frozen = gc.get_freeze_count()
 
     def start(self) -> None:

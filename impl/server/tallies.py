@@ -1,7 +1,7 @@
 """Counts kept in plain Python on the hot path, added into prometheus-client's objects at each
 sync (every second and before each scrape): why the metrics cost little (metrics.py).
 
-- `Tally`: one histogram child's observations (a bisect and two additions, ~0.3 µs, where
+- `Tally`: one histogram child's observations (a bisect and two additions, where
   prometheus-client's `observe` takes a lock twice);
 - `Mirror`: a labelled counter following counts another object keeps (held polls, store calls
   refused, connections refused by the HTTP limits): each sync adds the increase;

@@ -13,9 +13,9 @@ How a real-text choice is made (`generate`):
    from prose, code in a ```python fence, or multilingual text with weights 0.45/0.35/0.20),
    in seeded random order, tokenized by Mistral's Tekken (`impl.workloads.vocab`), separated by
    "\\n\\n", cut at `max_tokens`. Choices after the first may stop early on `</s>`.
-2. sampled logprobs, float32, from a stated mixture: 52% -10**U(-7, -1.3) (a confident model),
-   45.5% -Gamma(0.9, 1.6), 2.5% -U(10, 30) (the tail below -10); then 4% exactly 0.0 and 1 in
-   8192 -9999.0 (what vLLM writes for -inf).
+2. sampled logprobs, float32, from a stated mixture: with probability 0.52 -10**U(-7, -1.3)
+   (a confident model), 0.455 -Gamma(0.9, 1.6), 0.025 -U(10, 30) (the tail below -10); then
+   with probability 0.04 exactly 0.0 and 1 in 8192 -9999.0 (what vLLM writes for -inf).
 3. the top-1 entry logprobs=1 adds: when the sampled token has p < 0.5, another token is the
    most likely one with probability 1 - 2p, its id drawn from the same text, its p uniform in
    [p, 1 - p]; otherwise the top-1 is the sampled token itself (one key).
@@ -27,7 +27,8 @@ How a real-text choice is made (`generate`):
    `text_offset` adds up the strings' lengths; `text` is the whole output decoded.
 
 Deterministic for (kind, prompt, n, max_tokens, seed) and the Python version (the code and
-prose passages are the interpreter's own); a 262144-token body renders in ~1 s (CHANGELOG).
+prose passages are the interpreter's own); docs/measurements.md has how long a 262144-token
+body takes to render.
 """
 
 from __future__ import annotations
@@ -216,8 +217,8 @@ def _json_string(text: str) -> bytes:
 
 
 def _json_logprobs(choice: TextChoice) -> bytes:
-    """`json.dumps` of `_logprobs_object(choice)`, byte for byte, ~5x faster: the numbers as
-    `synthetic` renders them (repr of the double), each distinct string dumped once."""
+    """`json.dumps` of `_logprobs_object(choice)`, byte for byte, several times faster: the numbers
+    as `synthetic` renders them (repr of the double), each distinct string dumped once."""
     strings, keys = vllm_strings(choice)
     size = len(strings)
     names = np.array([_json_string(t) for t in strings] or [b""], dtype=object)[:size]
@@ -277,7 +278,7 @@ def rerender(body: bytes, how: str) -> bytes:
     """A generated body as `how` renders it (`json` bodies are returned as they are)."""
     if how == "json":
         return body
-    import orjson  # parses to the same document as json.loads, ~3x faster
+    import orjson  # parses to the same document as json.loads, faster
 
     return render(orjson.loads(body), how)
 

@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-try:  # optional: ~30x faster float rendering; bodies are identical without it
+try:  # optional: much faster float rendering; bodies are identical without it
     import orjson as _orjson
 except ImportError:
     _orjson = None

@@ -6,8 +6,8 @@ Every source is on every machine that runs hotpath, and nothing is fetched:
   file outside the test suites, IDLE and the turtle demos), in path order, one passage per
   file: its first 16 KB, cut at a line end (files are read when a body first draws them);
 - `prose`: CPython's documentation topics, the text `help("TOPIC")` prints
-  (`pydoc_data.topics`, ~0.5 MB of English), one passage per topic, sorted by name;
-- `multilingual`: impl/workloads/corpus/multilingual.txt, ~30 KB written for this project
+  (`pydoc_data.topics`, English), one passage per topic, sorted by name;
+- `multilingual`: impl/workloads/corpus/multilingual.txt, a short corpus written for this project
   (Chinese, Japanese, Korean, Russian, Ukrainian, Greek, Arabic, Hebrew, Hindi, Thai, European
   languages with diacritics, emoji chat lines; see corpus/README.md), one passage per paragraph.
 
@@ -33,7 +33,7 @@ _SKIPPED_DIRS = {"test", "tests", "idlelib", "turtledemo", "site-packages", "__p
 @cache
 def _code_files() -> tuple[Path, ...]:
     # os.walk, not rglob: the skipped folders are never entered (site-packages sits inside the
-    # stdlib folder; listing it took ~1 s of the first code body's render)
+    # stdlib folder, and listing it would be most of the first code body's render)
     stdlib = sysconfig.get_paths()["stdlib"]
     found = []
     for folder, dirs, files in os.walk(stdlib):

@@ -2,7 +2,7 @@
 
 The vocabulary ships inside the mistral-common wheel (`mistral_common/data/tekken_240911.json`:
 131,072 ids, the first 1,000 special tokens, then byte-level BPE ranks that tiktoken runs), so
-nothing is downloaded at run time. Loading it takes ~1 s once per process (`load()` caches).
+nothing is downloaded at run time. It is loaded once per process (`load()` caches).
 
 `Vocab` keeps per id what the body generator needs: the token's bytes (`pieces`; a special
 token's are its text, e.g. `</s>`), the string a tokenizer's `decode([id])` gives for it alone

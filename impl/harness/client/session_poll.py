@@ -23,7 +23,8 @@ import aiohttp
 from impl.harness.client.config import STORE_UNAVAILABLE, store_unavailable
 
 PATH = "/api/v1/retrieve_futures"
-#: client timeouts: an ack-only poll is answered at once; a long poll is held ~30 s
+#: client timeouts: an ack-only poll is answered at once; a long poll is held up to the
+#: server's --poll-hold
 ACK_TIMEOUT, POLL_TIMEOUT = 5.0, 45.0
 _BAD_REQUEST_TRIES = 3
 

@@ -168,14 +168,14 @@ class Router:
     async def send_whole(self, request: web.BaseRequest, body: bytes) -> web.StreamResponse:
         """A big body sent from the cached bytes object itself: `web.Response` joins headers
         and body into one new bytes object before writing on Python < 3.12.9 (aiohttp's
-        SKIP_WRITELINES), a copy of each ~17 MB body per answer held until the client read it
-        (1.4 GB per router process with 64 answers waiting on their sockets); a StreamResponse
-        sends the headers first and uvloop writes the body without copying it. The answer
-        counts as in flight until its last byte is in the socket.
+        SKIP_WRITELINES), a copy of each long body per answer held until the client read it
+        (gigabytes per router process with dozens of answers waiting on their sockets); a
+        StreamResponse sends the headers first and uvloop writes the body without copying it. The
+        answer counts as in flight until its last byte is in the socket.
 
         The socket's send buffer is fixed at `_SEND_BUFFER`: an answer the server does not read
-        yet (its body budget is full) waits in the kernel, and autotuned to 4 MiB each, 256
-        waiting answers took ~1 GB of the machine's TCP memory (`net.ipv4.tcp_mem`; past it
+        yet (its body budget is full) waits in the kernel, and autotuned, a few hundred
+        waiting answers take a large part of the machine's TCP memory (`net.ipv4.tcp_mem`; past it
         every socket's reads crawl). A real engine's host keeps its own send buffers."""
         sock = request.transport.get_extra_info("socket") if request.transport else None
         if sock is not None:

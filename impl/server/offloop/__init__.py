@@ -1,10 +1,11 @@
 """Where a router body becomes SampleResponse bytes: on the event loop, in threads, or in processes.
 
-Decoding a realistic 262144-token body (~20 MB) takes 60-160 ms of CPU even with the fastest
-decoder, and simdjson's and numpy's long C calls hold the GIL: run on the event loop, or in a
-worker thread, 64 of them stall every other request (a fresh-connection /healthz waited up to
-1.9 s). The designs here share one contract, `await design.to_proto(body, job) -> (bytes, decode
-seconds, encode seconds)` (`UpstreamFailed` saying why not):
+Decoding a realistic 262144-token body (~20 MB) takes tens of milliseconds of CPU or more even
+with the fastest decoder, and simdjson's and numpy's long C calls hold the GIL: run on the event
+loop, or in a worker thread, a burst of them stalls every other request, a fresh-connection
+/healthz included (docs/measurements.md has the figures). The designs here share one contract,
+`await design.to_proto(body, job) -> (bytes, decode seconds, encode seconds)` (`UpstreamFailed`
+saying why not):
 
 - `inline`: decode and encode on the loop (the cheapest for small bodies, and the baseline);
 - `threads`: a thread pool, for a decoder whose parse releases the GIL (`releases_gil`)
@@ -45,8 +46,8 @@ def default_count() -> int:
 
 def nice_of(design: str, given: int | None) -> int:
     """The niceness of `design`'s processes: `given`, else 10 for decode processes (the loop
-    first) and 0 for fetch processes (they receive the bodies too: at 10 they waited behind
-    every other process, 2.7 vs 7.4 results/s on probe-128x262k, 32 samples, load 6-7)."""
+    first) and 0 for fetch processes (they receive the bodies too: at 10 they wait behind
+    every other process; docs/experiments.md)."""
     if given is not None:
         return given
     return 0 if design == "fetch" else 10
@@ -61,8 +62,8 @@ def fetch_pool(given: str, picked: str) -> tuple[str, str]:
         return given, "--offloop-pool (explicit)"
     if registry.unavailable_reason("pool", "aiohttp") is None:
         return "aiohttp", (
-            "long bodies: on 512 x 212k-token bodies aiohttp cost 55 ms of server CPU per result "
-            "(pyreqwest 58-63) and its fetch processes peaked at ~200 MB (pyreqwest ~450 MB)"
+            "long bodies: on 212k-token bodies aiohttp costs the least server CPU per result and "
+            "its fetch processes the least memory (docs/measurements.md)"
         )
     return picked, "the server's pool pick (aiohttp, auto's choice for long bodies, is missing)"
 
@@ -79,10 +80,10 @@ def choose(design: str, decoder_name: str, decoder: Any, *, baseline: bool) -> t
     return "fetch", (
         f"decoder {decoder_name} {gil}; fetch processes send the router request and "
         "receive, decode and encode the body, so no body reaches the event loop (with decode "
-        "processes the loop still received each ~20 MB body, stalling it 80-430 ms): "
-        "side by side on probe-128x262k, 32 samples, load 7-13, /healthz p99 58-104 ms vs "
-        "99-126 ms with decode processes and 0.58-1.26 s inline; results/s 0.9-1.2x "
-        "processes (--offloop processes or inline to choose another design)"
+        "processes the loop still receives each ~20 MB body and stalls on it): side by side on "
+        "probe-128x262k, /healthz answers fastest with fetch processes, at the throughput of "
+        "decode processes (docs/measurements.md; --offloop processes or inline to choose "
+        "another design)"
     )
 
 

@@ -104,8 +104,8 @@ def return_big_buffers() -> None:
     arrays; the server: stored results): those of 1 MiB and more become their own mappings,
     given back to the OS when freed. glibc otherwise raises its mmap threshold to the largest
     block freed (up to 32 MiB), and later ones come from the heap, whose freed space stays in
-    the RSS: on the 192 x 212k-token run (pyreqwest, 128 MiB budget, load ~7) the fetch
-    processes peaked at 250-280 MB each instead of 300-350 MB. No effect off glibc."""
+    the RSS (docs/measurements.md, the headline entry, has the fetch processes' peaks with and
+    without it). No effect off glibc."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _OWN_MAPPING_BYTES)
 

@@ -1,15 +1,15 @@
 """Fetch processes: the router request goes down a socket, SampleResponse bytes come back.
 
 With decode processes (`impl.server.offloop.processes`) the server's loop still receives every
-body through its pool: on probe-128x262k that receive (the pool's completion and its copy of ~20
-MB) held the loop for 80-430 ms at a time, the longest stalls left. Here each fetch process runs
+body through its pool: on probe-128x262k that receive (the pool's completion and its copy of the
+body) holds the loop longest of all it does (docs/measurements.md). Here each fetch process runs
 its own event loop and its own pool (`--offloop-pool`, `impl.server.offloop.fetch_pool`: aiohttp
 by default, measured leaner on long bodies than the pick made on small ones): the server sends
 it the router request (a few KB of JSON) and what decoding needs, the process posts it
 (`impl.server.upstream`: the same retry rule and messages as the loop's own forwards), reads the
 body, decodes and encodes it with the server's picked decoder and encoder (the same bytes), and
-answers with the SampleResponse bytes (~10x smaller than the body). The body never enters the
-server's process.
+answers with the SampleResponse bytes (several times smaller than the body). The body never enters
+the server's process.
 
 A process holds many requests at once (generations take long; the process's loop waits on all of
 them), decodes one body at a time in its one decode thread (so with a decoder that releases the

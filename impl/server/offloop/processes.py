@@ -9,9 +9,9 @@ decodes and encodes it with its own decoder and encoder (the server's picks, so 
 same bytes), writes back one frame and keeps no buffer between jobs. Decode processes run
 `--offloop-nice` (10) lower than the server, so the loop gets a core first.
 
-Why a socket pair: moving a 21.5 MB body cost the process 10-15 ms of CPU through a pipe (1 MiB
-pipe buffer) and 2.3-4 ms through the socket pair, 16-25 ms of wall time instead of 33-70 ms
-(`python` reading what a forked writer wrote, this machine, loaded). Shared memory would add a
+Why a socket pair: moving a long body through it costs the receiving process a fraction of the
+CPU and wall time a pipe (1 MiB pipe buffer) does (`python` reading what a forked writer wrote;
+docs/measurements.md). Shared memory would add a
 20 MB copy into the segment on the loop, holding the GIL; the socket needs none on the loop.
 
 Frames: request = 4-byte meta length, meta (orjson: prompt tokens, n, top-k, include prompt

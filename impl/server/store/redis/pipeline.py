@@ -1,9 +1,9 @@
 """Auto-pipelining for the shared store: the commands a process issues in one event-loop
 iteration go to the engine as one pipeline, one round trip.
 
-Why: redis-py spends ~110 µs of client CPU on one command awaited on its own (taking a pooled
-connection, a send, a read, handing it back), and ~20 µs per command inside a pipeline of 64
-(measured here on the embedded engine). Under load the routes of many requests run in the same
+Why: redis-py spends several times more client CPU on one command awaited on its own (taking
+a pooled connection, a send, a read, handing it back) than per command inside a pipeline of 64
+(docs/measurements.md). Under load the routes of many requests run in the same
 loop iteration (one read of the sockets wakes them all), so their store calls can share one
 send and one read: each call is queued, and a callback scheduled for the next iteration sends
 the queue as a non-transactional pipeline and resolves every caller's future with its own reply

@@ -57,10 +57,10 @@ return {value, exists}
 # KEYS: record, dedup key, pending, bytes, stats, payload, the session's completion-log hash
 # and its clone's list (redis_completions.py). ARGV: id, state, error ('' when done), ttl ms,
 # bucket, channel, size, clone, batch size, log list ttl ms, sampling session id. The payload
-# itself is never a script argument: a 2 MB argument cost the engine ~8.8 ms inside EVALSHA
-# against ~8 µs for a SET (measured here), so `complete` SETs it (NX: the first generation's
-# bytes stay) in the same MULTI as this script. The completion is appended to the log in the
-# same script, with the engine's clock in ms (the batching rule reads when each arrived); the
+# itself is never a script argument: a 2 MB argument costs the engine a thousand times
+# more inside EVALSHA than in a SET (docs/measurements.md), so `complete` SETs it (NX: the first
+# generation's bytes stay) in the same MULTI as this script. The completion is appended to the log
+# in the same script, with the engine's clock in ms (the batching rule reads when each arrived); the
 # message names the target too when its held poll's answer becomes due.
 # A result whose bytes are not there (the SET was refused: an engine at maxmemory takes a small
 # script after refusing a 2 MB SET) is not finished: -1, and the forward stores it again.
