@@ -233,9 +233,7 @@ def gate(args: argparse.Namespace) -> int:
     elif counted:
         counted_rows = counts.compare()
         risen = {
-            name
-            for name, row in zip(counts.counts, counted_rows, strict=True)
-            if row.verdict.fails
+            name for name, row in zip(counts.counts, counted_rows, strict=True) if row.verdict.fails
         }
     names = [name for name, _ in benchmarks]
     not_on_base = [name for name in names if name not in on_base]

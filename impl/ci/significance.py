@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 P_THRESHOLD = 0.002
@@ -41,20 +41,25 @@ def u_statistic(x: Sequence[float], y: Sequence[float]) -> tuple[int, int]:
     return greater, ties
 
 
-@lru_cache(maxsize=4096)
-def _orderings(m: int, n: int, u: int) -> int:
-    """How many of the C(m + n, m) orderings of two samples of sizes m and n give U = u."""
-    if u < 0:
-        return 0
+@cache
+def _orderings(m: int, n: int) -> tuple[int, ...]:
+    """For each u, how many of the C(m + n, m) orderings of two samples of sizes m and n give
+    U = u (r(m, n, u) = r(m, n - 1, u) + r(m - 1, n, u - n))."""
     if m == 0 or n == 0:
-        return 1 if u == 0 else 0
-    return _orderings(m, n - 1, u) + _orderings(m - 1, n, u - n)
+        return (1,)
+    fewer_y, fewer_x = _orderings(m, n - 1), _orderings(m - 1, n)
+    return tuple(
+        (fewer_y[u] if u < len(fewer_y) else 0)
+        + (fewer_x[u - n] if 0 <= u - n < len(fewer_x) else 0)
+        for u in range(m * n + 1)
+    )
 
 
 def _cdf(m: int, n: int, u: int) -> float:
     """P(U <= u) under the null hypothesis, for samples of sizes m and n."""
     total = math.comb(m + n, m)
-    return sum(_orderings(m, n, k) / total for k in range(u + 1))
+    counts = _orderings(m, n)
+    return sum(counts[k] / total if k < len(counts) else 0.0 for k in range(u + 1))
 
 
 def mann_whitney_p(x: Sequence[float], y: Sequence[float]) -> float:
