@@ -15,19 +15,19 @@ the calling thread's CPU time (`time.thread_time`), so a process waiting for a c
 jobs load the machine does not count (benchmarks/ says why in each class); the pool burst and
 the loadtest are wall time across processes and stay noisier.
 
-Then asv's comparison table (`asv continuous`'s, restricted to the gated parameter
-combinations) decides: a `time_` benchmark is slower when HEAD's median is beyond the factor
-(1.5) *and* asv's statistics (Mann-Whitney U on the samples) say the two sample sets differ; a
-`track_` figure (one value) by the factor alone. Before deciding, the gate confirms: when a
-`time_` benchmark is slower, or borderline (a ratio past the square root of the factor, 1.22,
-so that a step the first rounds understated is not passed on their word), ROUNDS more
-interleaved rounds are appended to both commits' samples and judged again; a `track_` figure
-beyond the factor is measured again with the commits in the other order and fails only if it
-is beyond the factor both times. A benchmark that ran on BASE and fails on HEAD, or has no
-result on HEAD at all, also fails the gate; one that BASE could not run is reported as not
-compared. Stored results of both commits are deleted first, so stale numbers are never
-compared. `--json PATH` writes each benchmark's values, samples and ratios (and the first
-run's, before any confirmation).
+Then the timer stage (`impl.ci.gate_timers`, its table restricted to the gated parameter
+combinations) decides by asv's comparison rule (`impl.ci.significance`): a `time_` benchmark is
+slower when HEAD's median is beyond the factor (1.5) *and* a Mann-Whitney U test on the samples
+says the two sample sets differ; a `track_` figure (one value) by the factor alone. Before
+deciding, the gate confirms: when a `time_` benchmark is slower, or borderline (a ratio past
+the square root of the factor, 1.22, so that a step the first rounds understated is not passed
+on their word), ROUNDS more interleaved rounds are appended to both commits' samples and judged
+again; a `track_` figure beyond the factor is measured again with the commits in the other
+order and fails only if it is beyond the factor both times. A benchmark that ran on BASE and
+fails on HEAD, or has no result on HEAD at all, also fails the gate; one that BASE could not
+run is reported as not compared. Stored results of both commits are deleted first, so stale
+numbers are never compared. `--json PATH` writes each benchmark's values, samples and ratios
+(and the first run's, before any confirmation).
 Then the instruction-count stage (`impl.ci.gate_icount`): the CPU-bound steps counted under
 Valgrind in fresh processes on both commits, failing at a rise of 1.05x (`--icount-factor`);
 the timers above stay for what counting cannot see (system calls, waiting, contention). A line
@@ -37,6 +37,8 @@ from its own exported tree, under this tree's load client in interleaved rounds 
 a closed loop of small samples, failing when HEAD's p50 latency rises or its results/s falls by
 more than 1.3x (`--e2e-factor`), on the median of the per-round ratios: a delay on a sample's
 path costs no CPU and passes the stages above.
+The three stages share one shape (`impl.ci.stage`: measure, compare row by row, verdict, one
+table); this module runs them in order and decides the exit status.
 `--only decode` gates one family's benchmarks and counts only (`make gate-demo` does); `--only
 e2e` runs only the end-to-end stage.
 Exit 0: pass (also for a first commit); 1: a slowdown or a failure; 2: the gate could not run.
@@ -197,7 +199,7 @@ def gate(args: argparse.Namespace) -> int:
     if (found or borderline) and not args.compare_only:
         tracks = {name for name in found if ".time_" not in name}
         # Confirm before deciding. time_: ROUNDS more interleaved rounds are appended to the
-        # samples of both commits and the rule judges all of them; a real step (2x) stays,
+        # samples of both commits and the rule judges all of them; a real step stays,
         # a noise excursion of one run mostly does not. track_ (one value per commit, the two
         # loadtests run back to back): run again with the commits in the other order; it
         # fails only if it is beyond the factor in both runs.

@@ -30,7 +30,7 @@ FACTOR = 1.5
 #: interleaved rounds of each time_ benchmark per commit (asv's default is 2)
 ROUNDS = 4
 #: the input each family is gated on (asv param values as asv prints them)
-DECODE_TOKENS, DECODE_BODY = LARGEST_TOKENS, "vllm"  # a realistic logprobs=1 body, ~20 MB
+DECODE_TOKENS, DECODE_BODY = LARGEST_TOKENS, "vllm"  # a realistic logprobs=1 body
 ENCODE_TOKENS = LARGEST_TOKENS
 POOL_IN_FLIGHT = 1024
 
