@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from impl.decode import Completion, DecodeError
 from impl.server import upstream
@@ -85,6 +85,7 @@ class Call:
     post: Callable[[bytes, Hold], Awaitable[Any]]
 
 
+@runtime_checkable
 class Decoding(Protocol):
     """An off-loop design: `inline`, `threads` (`impl.server.offloop.inline`), `processes`
     (`impl.server.offloop.processes`) or `fetch` (`impl.server.offloop.fetch`)."""
