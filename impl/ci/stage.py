@@ -9,11 +9,11 @@ comparison of the two servers (`gate_e2e`). Each is a `Stage`:
 - `compare()` turns what was measured into `Row`s: one per compared figure, its value on each
   commit, HEAD's ratio (above 1 is worse), and the `Verdict` of the stage's rule (`judge`
   for a plain ratio and factor; the timer stage adds asv's statistics, `impl.ci.significance`);
-- `print_table(title, rows)` prints any stage's rows as one table, and `failed(rows)` is what
-  fails the gate.
+- `print_table(title, rows)` prints any stage's rows as one table, and a row whose verdict
+  `fails` fails the gate.
 
 What a stage does between measuring and deciding (the timer and end-to-end stages measure
-again before they fail a figure: `confirm`) stays the stage's own; the order of the stages
+again before they fail a figure) stays the stage's own; the order of the stages
 and the exit status are `impl.ci.gate`'s. A commit of BASE..HEAD whose message has a line
 `Gate-accept: NAME` accepts a worse figure that NAME names (`is_accepted`): it is still
 measured and printed, marked accepted.
@@ -87,13 +87,6 @@ def measured(value: float | None) -> bool:
     return value is not None and value == value
 
 
-def ratio_of(base: float | None, head: float | None) -> float | None:
-    """HEAD / base, or None when either is missing (or base is 0)."""
-    if not measured(base) or not measured(head) or not base:
-        return None
-    return head / base  # type: ignore[operator]
-
-
 def judge(
     base: float | None,
     head: float | None,
@@ -131,11 +124,6 @@ def is_accepted(name: str, params: tuple[Any, ...] | None, accepted: list[str]) 
     `all`."""
     words = {name, name.rsplit(".", 1)[-1], label(name, params), *map(str, params or ())}
     return any(a.lower() == "all" or a in words for a in accepted)
-
-
-def failed(rows: Iterable[Row]) -> list[Row]:
-    """The rows that fail the gate."""
-    return [row for row in rows if row.verdict.fails]
 
 
 def value_cell(value: float | None) -> str:
