@@ -54,9 +54,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from impl.ci import gate, gate_demo_e2e
+from impl.ci import gate_demo_e2e, gate_timers
+from impl.ci.repo import ROOT, git
 
-ROOT = Path(__file__).resolve().parents[2]
+#: who the throwaway repository's commits are by
+AS_DEMO = ("-c", "user.name=gate-demo", "-c", "user.email=gate-demo@localhost")
 WORKDIR = ROOT / ".asv" / "gate-demo"
 DECODE = "bench_decode.Decode.time_decode"
 DECODE_COUNT = "bench_icount.InstructionCount.track_instructions('decode-262k')"
@@ -132,13 +134,6 @@ def patch_for(case: str, slowdown: float | None = None) -> str:
     return SLOWDOWN if case == "slow" else UNCHANGED
 
 
-def git(repo: Path, *args: str) -> str:
-    """stdout of `git ARGS` in `repo` (the throwaway one, or read-only queries of ROOT)."""
-    command = ["git", "-c", "user.name=gate-demo", "-c", "user.email=gate-demo@localhost", *args]
-    done = subprocess.run(command, cwd=repo, check=True, capture_output=True, text=True)
-    return done.stdout.strip()
-
-
 def decoder_module(name: str) -> str:
     """Path (relative to the repository) of the module that implements decoder `name`."""
     from impl import registry
@@ -150,12 +145,12 @@ def snapshot(repo: Path) -> str:
     """Commit this working tree's files into `repo` (created if needed); the commit's hash."""
     if not (repo / ".git").exists():
         repo.mkdir(parents=True, exist_ok=True)
-        git(repo, "init", "-q", "-b", "main")
-    elif git(repo, "rev-list", "-n1", "--all"):
-        git(repo, "checkout", "-q", "-f", "-B", "main")
-    listed = git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        git("init", "-q", "-b", "main", cwd=repo)
+    elif git("rev-list", "-n1", "--all", cwd=repo):
+        git("checkout", "-q", "-f", "-B", "main", cwd=repo)
+    listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT)
     files = {f for f in listed.split("\0") if f and (ROOT / f).is_file()}
-    for stale in set(git(repo, "ls-files", "-z").split("\0")) - files - {""}:
+    for stale in set(git("ls-files", "-z", cwd=repo).split("\0")) - files - {""}:
         (repo / stale).unlink(missing_ok=True)
     for name in files:
         source, target = ROOT / name, repo / name
@@ -165,14 +160,16 @@ def snapshot(repo: Path) -> str:
     # Built extensions are ignored, never committed (asv builds its own), but the gate process
     # runs in `repo` and picks from its impl: without them it would gate another decoder than
     # the one patched (a pure-Python decoder instead of a compiled one).
-    built = git(ROOT, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "impl/*.so")
+    ignored = ("--others", "--ignored", "--exclude-standard", "impl/*.so")
+    built = git("ls-files", "-z", *ignored, cwd=ROOT)
     for name in filter(None, built.split("\0")):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, repo / name)
-    git(repo, "add", "-A")
-    if git(repo, "status", "--porcelain") or not git(repo, "rev-list", "-n1", "--all"):
-        git(repo, "commit", "-q", "--allow-empty", "-m", "gate demo: snapshot of the working tree")
-    return git(repo, "rev-parse", "HEAD")
+    git("add", "-A", cwd=repo)
+    if git("status", "--porcelain", cwd=repo) or not git("rev-list", "-n1", "--all", cwd=repo):
+        message = "gate demo: snapshot of the working tree"
+        git(*AS_DEMO, "commit", "-q", "--allow-empty", "-m", message, cwd=repo)
+    return git("rev-parse", "HEAD", cwd=repo)
 
 
 def case_commit(repo: Path, base: str, module: str, case: str, patch: str | None = None) -> str:
@@ -180,10 +177,10 @@ def case_commit(repo: Path, base: str, module: str, case: str, patch: str | None
     `repo` is left at base."""
     path = repo / module
     path.write_text(path.read_text() + (patch or patch_for(case)))
-    git(repo, "commit", "-q", "-am", f"gate demo: {case}")
-    commit = git(repo, "rev-parse", "HEAD")
-    git(repo, "branch", "-f", case, commit)
-    git(repo, "reset", "-q", "--hard", base)
+    git(*AS_DEMO, "commit", "-q", "-am", f"gate demo: {case}", cwd=repo)
+    commit = git("rev-parse", "HEAD", cwd=repo)
+    git("branch", "-f", case, commit, cwd=repo)
+    git("reset", "-q", "--hard", base, cwd=repo)
     return commit
 
 
@@ -203,9 +200,9 @@ def direct_ratio(
     from impl import registry
     from impl.workloads.synthetic import body_for
 
-    body = body_for(gate.DECODE_TOKENS, kind=gate.DECODE_BODY)
+    body = body_for(gate_timers.DECODE_TOKENS, kind=gate_timers.DECODE_BODY)
     slow_path = repo.parent / f"{case}_decoder.py"
-    slow_path.write_text(git(repo, "show", f"{case}:{module}") + "\n")
+    slow_path.write_text(git("show", f"{case}:{module}", cwd=repo) + "\n")
 
     fast = registry.create("decode", picked)
     slow = load_module(slow_path, f"_gate_demo_{case}").create()
@@ -244,8 +241,8 @@ print(json.dumps({key: statistics.median(values) for key, values in times.items(
 def timers(processes: int) -> None:
     """Print how much the per-round median of the gated decode moves between fresh processes
     (asv's rounds) by wall clock and by CPU time, with a fresh and with a warm decoder."""
-    picked = gate.picked("decode")
-    args = [picked, str(gate.DECODE_TOKENS), gate.DECODE_BODY]
+    picked = gate_timers.picked("decode")
+    args = [picked, str(gate_timers.DECODE_TOKENS), gate_timers.DECODE_BODY]
     rounds = []
     for _ in range(processes):
         done = subprocess.run(
@@ -349,11 +346,11 @@ def main(argv: list[str] | None = None) -> int:
 
     options = [] if args.all_benchmarks else ["--only", "e2e" if args.e2e_slowdown else "decode"]
     cache = "" if args.no_icount_cache else str(args.workdir.resolve() / "icount-cache")
-    picked = gate.picked("decode")
+    picked = gate_timers.picked("decode")
     module = decoder_module(picked)
     base = snapshot(repo)
     there = subprocess.run(
-        [sys.executable, "-c", "from impl.ci import gate; print(gate.picked('decode'))"],
+        [sys.executable, "-c", "from impl.ci import gate_timers as g; print(g.picked('decode'))"],
         cwd=repo, capture_output=True, text=True,
     )  # fmt: skip
     if there.stdout.strip() != picked:

@@ -38,78 +38,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from impl.ci import repo
 from impl.ci import trees as commit_trees
-from impl.harness import load, presets, procs, report
+from impl.ci.e2e_rounds import NotStarted, Run, Servers, interleaved
+from impl.ci.stage import HOW_TO_ACCEPT, Row, is_accepted, judge, print_table
+from impl.harness import presets, procs
 
-ROOT = Path(__file__).resolve().parents[2]
 FACTOR = 1.3
 ROUNDS = 5
 #: 1000 small samples, 4 in flight (2 per client process), instant router, minimal bodies
 SCENARIO = presets.get("small-2048").with_overrides(
     num_requests=1000, max_outstanding=4, concurrency=4, timeout=240.0, healthz_interval=1.0
 )
-
-
-class NotStarted(RuntimeError):
-    """A commit's server did not start (the message has its output)."""
-
-    def __init__(self, side: str, message: str) -> None:
-        super().__init__(message)
-        self.side = side
-
-
-@dataclass
-class Run:
-    """One run of the scenario against one commit's server."""
-
-    side: str
-    round: int
-    results_per_second: float
-    p50: float
-    load: float
-    summary: dict[str, Any] = field(default_factory=dict, repr=False)
-
-
-def start_server(side: str, tree: Path, router_url: str, flags: list[str]) -> procs.Proc:
-    """`tree`'s server with `flags` (NotStarted if it does not come up)."""
-    try:
-        return procs.start_server(
-            router_url, extra=flags, cwd=tree, env={"HOTPATH_MEASUREMENTS": os.devnull}
-        )
-    except RuntimeError as exc:
-        raise NotStarted(side, str(exc)) from None
-
-
-def run_once(
-    side: str,
-    server: procs.Proc,
-    router_url: str,
-    round_: int,
-    scenario: Any,
-    before_go: Any = None,
-) -> Run:
-    """The scenario against `server` (a RuntimeError when a sample was lost or failed)."""
-    before = os.getloadavg()[0]
-    run = load.run_scenario(
-        scenario,
-        label=side,
-        url=server.url,
-        router_url=router_url,
-        server_pid=server.pid,
-        progress_bar=False,
-        before_go=before_go,
-    )
-    summary = report.checked_summary(run, f"{side} round {round_ + 1}")
-    return Run(side, round_, summary["results_per_second"], summary["latency_p50"], before, summary)
 
 
 def ratios(runs: list[Run]) -> list[tuple[float, float]]:
@@ -125,92 +71,73 @@ def ratios(runs: list[Run]) -> list[tuple[float, float]]:
 
 
 def verdict(pairs: list[tuple[float, float]], factor: float) -> tuple[float, float, bool]:
-    """(median latency ratio, median throughput ratio, HEAD worse than the factor)."""
+    """(median latency ratio, median throughput ratio, HEAD worse: either beyond the factor)."""
     latency = statistics.median(p for p, _ in pairs)
     throughput = statistics.median(q for _, q in pairs)
-    return latency, throughput, latency > factor or throughput > factor
+    worse = any(judge(None, None, ratio, factor).fails for ratio in (latency, throughput))
+    return latency, throughput, worse
 
 
-class Servers:
-    """Each side's server: one kept for every round (the gate: the rounds are then seconds
-    apart, which is what keeps their ratios fair on a machine whose load moves), or a fresh one
-    per run (`fresh`, for presets whose figures depend on a server's first run)."""
+class EndToEnd:
+    """The end-to-end stage of two commits (`impl.ci.stage.Stage`): `measure` runs the rounds
+    (and as many again when the first ones are beyond the factor or borderline: the confirmation)
+    with a router and each commit's server, `compare` gives the two rows. `measure` raises
+    NotStarted when a server did not start, RuntimeError when a run lost or failed samples."""
 
-    def __init__(self, trees: dict[str, Path], flags: list[str], router_url: str, fresh: bool):
-        self.trees, self.flags, self.router_url, self.fresh = trees, flags, router_url, fresh
-        self.running: dict[str, procs.Proc] = {}
+    def __init__(
+        self,
+        trees: dict[str, Path],
+        flags: list[str],
+        *,
+        rounds: int,
+        factor: float,
+        scenario: Any,
+        fresh: bool,
+    ) -> None:
+        self.trees, self.flags, self.rounds, self.factor = trees, flags, rounds, factor
+        self.scenario, self.fresh = scenario, fresh
+        self.title = f"end to end (fail beyond {factor}x, medians of the per-round ratios)"
+        self.runs: list[Run] = []
+        self.first: list[Run] = []
 
-    def get(self, side: str) -> procs.Proc:
-        if side not in self.running:
-            self.running[side] = start_server(side, self.trees[side], self.router_url, self.flags)
-        return self.running[side]
-
-    def done(self, side: str) -> None:
-        if self.fresh:
-            self.running.pop(side).stop()
-
-    def stop(self) -> None:
-        for server in self.running.values():
-            server.stop()
-        self.running = {}
-
-
-def together(servers: Servers, round_: int, scenario: Any) -> list[Run]:
-    """One round with both servers driven at once, their client processes released together,
-    so both sides meet the same machine in the same seconds (the base first)."""
-    for side in ("base", "HEAD"):
-        servers.get(side)
-    release = threading.Barrier(2, timeout=600)
-    done: dict[str, Run] = {}
-    failed: list[BaseException] = []
-
-    def one(side: str) -> None:
+    def measure(self) -> bool:
+        router = procs.start_router([*self.scenario.router_args(), "--seed", "0"])
+        servers = Servers(self.trees, self.flags, router.url, self.fresh)
+        at_once = not self.fresh
         try:
-            done[side] = run_once(
-                side, servers.get(side), servers.router_url, round_, scenario, release.wait
-            )
-        except BaseException as exc:  # reported by the caller; the other side is let go
-            release.abort()
-            failed.append(exc)
+            self.runs = interleaved(servers, self.rounds, 0, self.scenario, at_once=at_once)
+            self.first = list(self.runs)
+            latency, throughput, worse = verdict(ratios(self.runs), self.factor)
+            if worse or max(latency, throughput) > self.factor**0.5:
+                why = "slower than the factor" if worse else "borderline"
+                print(f"gate e2e: {why} ({latency:.2f}x latency, {throughput:.2f}x throughput), "
+                      f"confirming with {self.rounds} more rounds", flush=True)  # fmt: skip
+                rounds, scenario = self.rounds, self.scenario
+                self.runs += interleaved(servers, rounds, rounds, scenario, at_once=at_once)
+        finally:
+            servers.stop()
+            router.stop()
+        return True
 
-    threads = [threading.Thread(target=one, args=(side,)) for side in ("base", "HEAD")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for side in ("base", "HEAD"):
-        servers.done(side)
-    real = [exc for exc in failed if not isinstance(exc, threading.BrokenBarrierError)]
-    if real or failed:
-        raise (real or failed)[0]
-    return [done["base"], done["HEAD"]]
+    def compare(self) -> list[Row]:
+        return rows(self.runs, self.factor)
 
 
-def interleaved(
-    servers: Servers, rounds: int, first: int, scenario: Any = SCENARIO, *, at_once: bool = True
-) -> list[Run]:
-    """`rounds` rounds from round number `first`: both sides at once (`at_once`), else one
-    after the other, base first in even rounds and HEAD first in odd ones."""
-    runs = []
-    for r in range(first, first + rounds):
-        order = ("base", "HEAD") if r % 2 == 0 else ("HEAD", "base")
-        if at_once:
-            pair = together(servers, r, scenario)
-        else:
-            pair = []
-            for side in order:
-                try:
-                    pair.append(run_once(side, servers.get(side), servers.router_url, r, scenario))
-                finally:
-                    servers.done(side)
-        for run in pair:
-            runs.append(run)
-            print(
-                f"gate e2e: round {r + 1} {run.side:4s} {run.results_per_second:8.1f} results/s, "
-                f"p50 {run.p50 * 1e3:7.2f} ms (load average {run.load:.1f})",
-                flush=True,
-            )
-    return runs
+def rows(runs: list[Run], factor: float) -> list[Row]:
+    """The stage's two rows: the p50 latency (ratio HEAD/base) and results/s (ratio base/HEAD),
+    each side's median over its rounds, the ratio the median of the per-round ratios."""
+    pairs = ratios(runs)
+    latency, throughput, _ = verdict(pairs, factor)
+
+    def median(side: str, value: str) -> float:
+        return statistics.median(getattr(run, value) for run in runs if run.side == side)
+
+    p50 = [median(side, "p50") * 1e3 for side in ("base", "HEAD")]
+    rate = [median(side, "results_per_second") for side in ("base", "HEAD")]
+    return [
+        Row("p50 latency (ms)", *p50, latency, judge(*p50, latency, factor)),
+        Row("results/s (base/HEAD)", *rate, throughput, judge(*rate, throughput, factor)),
+    ]
 
 
 def stage(
@@ -228,7 +155,7 @@ def stage(
     `scenario`: another load than the gate's (`--preset`, for comparisons by hand); `fresh`: a
     new server for every run."""
     started = time.monotonic()
-    workdir = workdir or ROOT / ".asv" / "e2e"
+    workdir = workdir or repo.ROOT / ".asv" / "e2e"
     trees = {
         "base": commit_trees.tree_of(base, workdir),
         "HEAD": commit_trees.tree_of(head, workdir),
@@ -240,38 +167,29 @@ def stage(
         f"{factor}; servers with {' '.join(flags)}",
         flush=True,
     )
-    router = procs.start_router([*scenario.router_args(), "--seed", "0"])
-    servers = Servers(trees, flags, router.url, fresh)
-    first: list[Run] = []
+    end_to_end = EndToEnd(
+        trees, flags, rounds=rounds, factor=factor, scenario=scenario, fresh=fresh
+    )
     try:
-        try:
-            runs = interleaved(servers, rounds, 0, scenario, at_once=not fresh)
-        except NotStarted as exc:
-            if exc.side == "base":
-                print(f"gate e2e: not compared, the base's server did not start: {exc}")
-                return 0
-            print(f"gate e2e: FAIL - HEAD's server did not start: {exc}")
-            return 1
-        except RuntimeError as exc:  # a run lost or failed samples
-            print(f"gate e2e: FAIL - {exc}")
-            return 1
-        first = list(runs)
-        latency, throughput, worse = verdict(ratios(runs), factor)
-        if worse or max(latency, throughput) > factor**0.5:
-            why = "slower than the factor" if worse else "borderline"
-            print(f"gate e2e: {why} ({latency:.2f}x latency, {throughput:.2f}x throughput), "
-                  f"confirming with {rounds} more rounds", flush=True)  # fmt: skip
-            runs += interleaved(servers, rounds, rounds, scenario, at_once=not fresh)
-            latency, throughput, worse = verdict(ratios(runs), factor)
-    finally:
-        servers.stop()
-        router.stop()
+        end_to_end.measure()
+    except NotStarted as exc:
+        if exc.side == "base":
+            print(f"gate e2e: not compared, the base's server did not start: {exc}")
+            return 0
+        print(f"gate e2e: FAIL - HEAD's server did not start: {exc}")
+        return 1
+    except RuntimeError as exc:  # a run lost or failed samples
+        print(f"gate e2e: FAIL - {exc}")
+        return 1
+    runs = end_to_end.runs
     pairs = ratios(runs)
+    latency, throughput, worse = verdict(pairs, factor)
     shown = ", ".join(f"{p:.2f}/{q:.2f}" for p, q in pairs)
     print(
         f"gate e2e: per round HEAD/base p50 latency / base/HEAD results/s: {shown}; medians "
         f"{latency:.2f}x latency, {throughput:.2f}x throughput ({time.monotonic() - started:.0f} s)"
     )
+    print_table(end_to_end.title, end_to_end.compare(), what="figure")
     if json_path is not None:
         json_path.write_text(
             json.dumps(
@@ -283,7 +201,7 @@ def stage(
                     "throughput_ratio": throughput,
                     "failed": worse,
                     "pairs": pairs,
-                    "first_run_pairs": ratios(first),
+                    "first_run_pairs": ratios(end_to_end.first),
                     "runs": [
                         {k: v for k, v in vars(run).items() if k != "summary"} for run in runs
                     ],
@@ -305,22 +223,20 @@ def stage(
 def in_gate(base: str, head: str, args: Any, accepted: list[str]) -> tuple[int, dict[str, Any]]:
     """The stage as `impl.ci.gate` runs it: (exit status, the summary its --json keeps). A
     `Gate-accept: e2e` line between base and HEAD accepts an intended slowdown."""
-    from impl.ci import gate_icount
-
     if args.compare_only:
         print("gate: the end-to-end stage is measured afresh, not with --compare-only")
         return 0, {}
     print(flush=True)
-    path = ROOT / ".asv" / "gate-e2e.json"
+    path = repo.ROOT / ".asv" / "gate-e2e.json"
     path.unlink(missing_ok=True)
     status = stage(base, head, rounds=args.e2e_rounds, factor=args.e2e_factor, json_path=path)
     summary = json.loads(path.read_text()) if path.exists() else {}
     path.unlink(missing_ok=True)
-    if status == 1 and gate_icount.is_accepted("e2e", None, accepted):
+    if status == 1 and is_accepted("e2e", None, accepted):
         print("gate: slower end to end but accepted by commit message (Gate-accept: e2e)")
         status = 0
     elif status == 1:
-        print(gate_icount.HOW_TO_ACCEPT.format(example="e2e"))
+        print(HOW_TO_ACCEPT.format(example="e2e"))
     summary["status"] = status
     return status, summary
 
@@ -356,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 3:
         parser.error("--rounds must be at least 3")
-    head = commit_trees.git("rev-parse", "--verify", args.head)
-    base = commit_trees.git("rev-parse", "--verify", args.base or f"{head}^")
+    head = repo.git("rev-parse", "--verify", args.head)
+    base = repo.git("rev-parse", "--verify", args.base or f"{head}^")
     scenario = presets.get(args.preset) if args.preset else SCENARIO
     scenario = scenario.with_overrides(poll=args.poll)
     from impl.harness import burner

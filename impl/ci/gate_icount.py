@@ -1,4 +1,4 @@
-"""The gate's instruction-count stage, and accepting an intended cost change.
+"""The gate's instruction-count stage.
 
 `impl.ci.gate` runs this stage after its time and CPU-time benchmarks: `asv run` of
 `bench_icount.InstructionCount.track_instructions` (every step of `impl.ci.icount_steps`) on
@@ -7,29 +7,22 @@ BASE and HEAD, one fresh process per step and commit. A count does not vary betw
 fails when HEAD's count is ICOUNT_FACTOR (1.05) times BASE's or more, or when it was counted
 on BASE and has no count on HEAD (the step broke).
 
-Accepting a change. A commit in BASE..HEAD whose message has a line `Gate-accept: NAME`
-accepts a rise (or a failure) of every gated benchmark NAME matches: a step (`decode-262k`), a
-benchmark (`bench_decode.Decode.time_decode`, `track_instructions`) or its full asv name with
-parameters; `Gate-accept: all` accepts everything. An accepted benchmark is still measured and
-printed, marked accepted. Where Valgrind is not installed the stage is skipped, saying so.
+A `Gate-accept: NAME` line in a commit message of BASE..HEAD accepts a rise of the steps NAME
+names (`impl.ci.stage.is_accepted`: a step such as `decode-262k`, `track_instructions`, or
+`all`). Where Valgrind is not installed the stage is skipped, saying so.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from impl.ci import icount
 from impl.ci.icount_steps import STEPS
+from impl.ci.stage import Row, is_accepted, judge, label, print_table
 
 BENCHMARK = "bench_icount.InstructionCount.track_instructions"
 ICOUNT_FACTOR = 1.05
-ACCEPT = re.compile(r"^\s*gate-accept:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
-HOW_TO_ACCEPT = (
-    "gate: if the cost change is intended, accept it with a line in the commit message naming "
-    "what rose, e.g. `Gate-accept: {example}` (git commit --amend), and run the gate again"
-)
 
 
 def family_of(step: str) -> str:
@@ -43,53 +36,49 @@ def gated(families: set[str] | None = None) -> list[tuple[str, tuple[Any, ...]]]
     return [(BENCHMARK, (s,)) for s in STEPS if families is None or family_of(s) in families]
 
 
-def label(name: str, params: tuple[Any, ...] | None) -> str:
-    """`name(param, ...)` as asv prints it; `name` when unparametrized."""
-    return f"{name}({', '.join(map(repr, params))})" if params else name
-
-
-def accepted_names(messages: str) -> list[str]:
-    """The NAMEs of the `Gate-accept: NAME[, NAME]` lines in commit messages."""
-    found = []
-    for line in ACCEPT.findall(messages):
-        found.extend(part.strip() for part in re.split(r"[,\s]+", line) if part.strip())
-    return found
-
-
-def is_accepted(name: str, params: tuple[Any, ...] | None, accepted: list[str]) -> bool:
-    """Whether an accept line names this benchmark (see the module docstring)."""
-    words = {name, name.rsplit(".", 1)[-1], label(name, params), *map(str, params or ())}
-    return any(a.lower() == "all" or a in words for a in accepted)
-
-
-def compare(values: dict[str, dict[str, Any]], factor: float, accepted: list[str]) -> set[str]:
-    """Print the stage's table; the labels of the steps that rose by `factor` or more, not
-    accepted. `values`: label -> {"base", "head", "ratio", "params"}."""
-    print(f"\ngate: instruction counts (fail at {factor}x or more)")
-    print(f"| {'step':<20} | {'base':>15} | {'HEAD':>15} | ratio  | verdict |")
-    print(f"|{'-' * 22}|{'-' * 17}|{'-' * 17}|--------|---------|")
-    failed = set()
+def rows(values: dict[str, dict[str, Any]], factor: float, accepted: list[str]) -> list[Row]:
+    """One row per step: it fails at `factor` or more, unless accepted, and when it was
+    counted on the base and not on HEAD (the step broke). `values`: label -> {"step", "base",
+    "head", "ratio", "params"}."""
+    out = []
     for name, row in values.items():
-        ratio = row["ratio"]
-        if ratio is None and row["base"] and row["head"] is None:
-            verdict = "FAIL"  # counted on the base, not on HEAD: the step broke
-            failed.add(name)
-        elif ratio is None:
-            verdict = "n/a"
-        elif ratio >= factor and is_accepted(name.split("(")[0], row["params"], accepted):
-            verdict = "accepted"
-        elif ratio >= factor:
-            verdict = "FAIL"
-            failed.add(name)
-        else:
-            verdict = "pass"
-        cells = [
-            f"{row[side]:>15,.0f}" if row[side] else f"{'n/a':>15}" for side in ("base", "head")
-        ]
-        shown = f"{ratio:.4f}" if ratio else "n/a   "
-        step = row["step"]
-        print(f"| {step:<20} | {cells[0]} | {cells[1]} | {shown} | {verdict:<7} |")
-    return failed
+        taken = is_accepted(name.split("(")[0], row["params"], accepted)
+        base, head, ratio = row["base"], row["head"], row["ratio"]
+        found = judge(base, head, ratio, factor, inclusive=True, accepted=taken)
+        out.append(Row(row["step"], base, head, ratio, found))
+    return out
+
+
+class Counts:
+    """The instruction-count stage of BASE and HEAD (`impl.ci.stage.Stage`). `measure` counts
+    the steps of `families` on both commits with `run` (the timer stage's `asv run` of the
+    given benchmarks: one fresh process per step and commit); `compare` reads the counts with
+    `results` (`impl.ci.gate_timers.gated_results`), prints and returns the rows."""
+
+    def __init__(
+        self,
+        base: str,
+        head: str,
+        factor: float,
+        accepted: list[str],
+        families: set[str] | None,
+        results: Callable[..., Any],
+        run: Callable[[list[tuple[str, tuple[Any, ...]]]], bool] | None = None,
+    ) -> None:
+        self.base, self.head, self.factor, self.accepted = base, head, factor, accepted
+        self.families, self.results, self.run = families, results, run
+        self.title = f"instruction counts (fail at {factor}x or more)"
+        #: label -> the step's count on each commit and their ratio, once compared
+        self.counts: dict[str, dict[str, Any]] = {}
+
+    def measure(self) -> bool:
+        return self.run is None or self.run(gated(self.families))
+
+    def compare(self) -> list[Row]:
+        self.counts = values(self.base, self.head, self.results, self.families)
+        table = rows(self.counts, self.factor, self.accepted)
+        print_table(self.title, table, what="step", digits=4)
+        return table
 
 
 def values(

@@ -43,7 +43,6 @@ from pathlib import Path
 
 from impl.ci.icount_steps import STEPS
 
-ROOT = Path(__file__).resolve().parents[2]
 #: the environment that makes a count repeatable (see the module docstring)
 FIXED_ENV = {"PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 #: seconds one counted process may take before it is stopped (a 262k decode is the longest)

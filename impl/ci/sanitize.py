@@ -27,11 +27,10 @@ import subprocess
 import sys
 import sysconfig
 import time
-from pathlib import Path
 
 from impl import registry
+from impl.ci.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TREE = ROOT / ".sanitize"
 FLAGS = (
     "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer "

@@ -3,8 +3,10 @@
 `tree_of(commit, workdir)` exports a commit (`git archive`) into `workdir/<sha>` once and reuses
 it; `python -m impl.cli serve` started in that directory imports that commit's `impl` with this
 interpreter and its packages (`impl.harness.procs.start_server(cwd=)`). The compiled decoders
-are copied from this working tree when the commit's C++ sources are the same, else built in the
-tree (without g++ or simdjson they stay missing there, as in any install). `pins(trees)` names
+are copied from this working tree when everything they are built from (`NATIVE_SOURCES`:
+`setup.py` and every file under `impl/decode/_native/`, sources, headers and the table
+generator) is the same in the commit (`same_native`), else built in the tree (without g++ or
+simdjson they stay missing there, as in any install). `pins(trees)` names
 one implementation per family that every tree has, so that no server calibrates at start-up and
 both run the same implementations.
 """
@@ -20,16 +22,14 @@ import sys
 import tarfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-#: what the compiled decoders are built from (their .so are copied when these are unchanged)
-NATIVE_SOURCES = ("setup.py", "impl/decode/_*.cpp", "impl/decode/_*.h")
+from impl.ci import repo
+from impl.ci.repo import git
 
-
-def git(*args: str) -> str:
-    """stdout of `git ARGS` in the repository."""
-    return subprocess.run(
-        ["git", *args], cwd=ROOT, check=True, capture_output=True, text=True
-    ).stdout.strip()
+#: the directory of the compiled decoders' sources (setup.py builds every extension from it)
+NATIVE_DIR = "impl/decode/_native"
+#: what the compiled decoders are built from, as git pathspecs: a directory stands for every
+#: file under it (their .so are copied when these are unchanged)
+NATIVE_SOURCES = ("setup.py", NATIVE_DIR)
 
 
 def tree_of(commit: str, workdir: Path) -> Path:
@@ -42,7 +42,9 @@ def tree_of(commit: str, workdir: Path) -> Path:
     partial = workdir / f"{sha}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True, capture_output=True)
+    archive = subprocess.run(
+        ["git", "archive", sha], cwd=repo.ROOT, check=True, capture_output=True
+    )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as exported:
         exported.extractall(partial, filter="data")
     _native(sha, partial)
@@ -52,14 +54,20 @@ def tree_of(commit: str, workdir: Path) -> Path:
     return tree
 
 
+def same_native(sha: str) -> bool:
+    """Whether commit `sha` has the same `NATIVE_SOURCES` as this working tree (edits not yet
+    committed count; files git does not track do not)."""
+    command = ["git", "diff", "--quiet", sha, "--", *NATIVE_SOURCES]
+    return subprocess.run(command, cwd=repo.ROOT).returncode == 0
+
+
 def _native(sha: str, tree: Path) -> None:
     """The compiled decoders in `tree`: this working tree's when built from the same sources,
     else built there (without g++ or simdjson they stay missing, as in any install)."""
-    same = subprocess.run(["git", "diff", "--quiet", sha, "--", *NATIVE_SOURCES], cwd=ROOT)
-    built = list((ROOT / "impl").rglob("*.so"))
-    if same.returncode == 0 and built:
+    built = list((repo.ROOT / "impl").rglob("*.so"))
+    if built and same_native(sha):
         for path in built:
-            target = tree / path.relative_to(ROOT)
+            target = tree / path.relative_to(repo.ROOT)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
         return

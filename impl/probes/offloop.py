@@ -20,7 +20,8 @@ import psutil
 
 from impl import pick, registry
 from impl.measure import render_table
-from impl.server.offloop.inline import DecodeJob, Inline
+from impl.server.offloop.decoding import DecodeJob
+from impl.server.offloop.inline import Inline
 from impl.server.offloop.processes import DecodeProcesses
 from impl.workloads import synthetic
 
@@ -36,13 +37,13 @@ def _children_cpu() -> float:
 
 
 async def _measure(
-    design: Inline, body: bytes, job: DecodeJob, count: int
+    design: Inline | DecodeProcesses, body: bytes, job: DecodeJob, count: int
 ) -> tuple[float, float, float]:
     """Per body: (wall s, loop-process CPU s, decode processes' CPU s) over `count` concurrent
     decodes."""
-    await asyncio.gather(*(design.to_proto(body, job) for _ in range(2)))  # warm
+    await asyncio.gather(*(design.convert(body, job) for _ in range(2)))  # warm
     children, loop_cpu, wall = _children_cpu(), time.process_time(), time.perf_counter()
-    await asyncio.gather(*(design.to_proto(body, job) for _ in range(count)))
+    await asyncio.gather(*(design.convert(body, job) for _ in range(count)))
     wall = time.perf_counter() - wall
     loop_cpu = time.process_time() - loop_cpu
     children = _children_cpu() - children

@@ -31,7 +31,8 @@ from impl.server import limits as limits_module
 from impl.server import offloop, routes
 from impl.server import picks as picks_module
 from impl.server.baseline import BaselineStore
-from impl.server.forward import BodyBudget, ForwardRunner
+from impl.server.budget import BodyBudget
+from impl.server.forward import ForwardRunner
 from impl.server.intake import Intake
 from impl.server.limits import Limits
 from impl.server.offloop.children import return_big_buffers

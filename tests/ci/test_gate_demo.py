@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from impl import registry
-from impl.ci import gate, gate_demo
+from impl.ci import gate_demo, gate_timers, repo
 from impl.decode.parity import same
 from impl.workloads.synthetic import body_for
 from tests.support import asv_tiny as tiny
@@ -19,8 +19,8 @@ from tests.support import asv_tiny as tiny
 
 def test_slowdown_patch_decodes_twice(tmp_path):
     """The patched module of the picked decoder calls the real decode twice, same result."""
-    picked = gate.picked("decode")
-    source = (gate.ROOT / gate_demo.decoder_module(picked)).read_text()
+    picked = gate_timers.picked("decode")
+    source = (repo.ROOT / gate_demo.decoder_module(picked)).read_text()
     path = tmp_path / "patched.py"
     path.write_text(source + gate_demo.SLOWDOWN)
     decoder = gate_demo.load_module(path, "_test_gate_demo_patched").create()

@@ -8,14 +8,14 @@ import shutil
 
 import pytest
 
-from impl.ci import gate, gate_demo, gate_demo_e2e, gate_e2e, trees
+from impl.ci import e2e_rounds, gate, gate_demo, gate_demo_e2e, gate_e2e, repo, trees
 from impl.harness import procs
 from tests.support import asv_tiny as tiny
 from tests.support.server import Api
 
 
-def _run(side: str, round_: int, rps: float, p50: float) -> gate_e2e.Run:
-    return gate_e2e.Run(side, round_, rps, p50, 0.0)
+def _run(side: str, round_: int, rps: float, p50: float) -> e2e_rounds.Run:
+    return e2e_rounds.Run(side, round_, rps, p50, 0.0)
 
 
 def test_verdict_takes_the_median_of_the_per_round_ratios():
@@ -48,10 +48,10 @@ def test_each_commit_is_exported_once_with_the_compiled_decoders(tmp_path, monke
     """A commit's tree holds its files (not the working tree's edits), is reused once made,
     and gets this tree's built extensions when the C++ sources are those of the commit."""
     root = tmp_path / "source"
-    (root / "impl" / "decode").mkdir(parents=True)
+    (root / "impl" / "decode" / "_native").mkdir(parents=True)
     (root / ".gitignore").write_text("*.so\n")
     (root / "setup.py").write_text("# builds nothing\n")
-    (root / "impl" / "decode" / "_fast.cpp").write_text("// v1\n")
+    (root / "impl" / "decode" / "_native" / "fast.cpp").write_text("// v1\n")
     (root / "impl" / "mod.py").write_text("VERSION = 1\n")
     tiny.git(root, "init", "-q", "-b", "main")
     tiny.git(root, "add", "-A")
@@ -59,7 +59,7 @@ def test_each_commit_is_exported_once_with_the_compiled_decoders(tmp_path, monke
     first = tiny.git(root, "rev-parse", "HEAD")
     (root / "impl" / "decode" / "_fast.so").write_bytes(b"\x7fELF v1")
     (root / "impl" / "mod.py").write_text("VERSION = 2\n")  # uncommitted
-    monkeypatch.setattr(trees, "ROOT", root)
+    monkeypatch.setattr(repo, "ROOT", root)
     work = tmp_path / "e2e"
     tree = trees.tree_of(first, work)
     assert tree == work / first
@@ -68,9 +68,9 @@ def test_each_commit_is_exported_once_with_the_compiled_decoders(tmp_path, monke
     (tree / "impl" / "mark").write_text("kept")
     assert trees.tree_of("HEAD", work) == tree and (tree / "impl" / "mark").exists()
     # Another commit with other C++ sources: this tree's build is not copied.
-    (root / "impl" / "decode" / "_fast.cpp").write_text("// v2\n")
+    (root / "impl" / "decode" / "_native" / "fast.cpp").write_text("// v2\n")
     tiny.git(root, "commit", "-qam", "second")
-    (root / "impl" / "decode" / "_fast.cpp").write_text("// v3, being edited\n")
+    (root / "impl" / "decode" / "_native" / "fast.cpp").write_text("// v3, being edited\n")
     second = trees.tree_of("HEAD", work)
     assert not (second / "impl" / "decode" / "_fast.so").exists()
 
@@ -95,7 +95,7 @@ def test_demo_e2e_patch_still_serves_every_result(tmp_path, upstream):
     and each sample's result comes back, exactly as from the unchanged server (the delay only
     postpones it)."""
     tree = tmp_path / "tree"
-    shutil.copytree(gate.ROOT / "impl", tree / "impl", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repo.ROOT / "impl", tree / "impl", ignore=shutil.ignore_patterns("__pycache__"))
     module = tree / gate_demo_e2e.MODULE
     module.write_text(module.read_text() + gate_demo_e2e.patch(1.5))
     server = procs.start_server(upstream.url, extra=["--no-calibrate"], cwd=tree)

@@ -15,6 +15,7 @@ import pytest
 
 from impl import pick
 from impl.ci import gate_demo, gate_icount, icount, icount_steps
+from impl.ci.stage import Verdict, accepted_names, is_accepted, label, print_table
 
 needs_valgrind = pytest.mark.skipif(
     shutil.which("valgrind") is None,
@@ -82,14 +83,14 @@ def test_without_valgrind_counting_says_how_to_install(monkeypatch):
 def test_accept_lines_name_benchmarks():
     """`Gate-accept:` lines, any case, comma or space separated, in any commit message."""
     messages = "decode: faster\n\nGate-accept: decode-262k, encode-262k\n\nfix\ngate-accept: all\n"
-    assert gate_icount.accepted_names(messages) == ["decode-262k", "encode-262k", "all"]
-    assert gate_icount.accepted_names("mentions Gate-accept: inline only") == []
+    assert accepted_names(messages) == ["decode-262k", "encode-262k", "all"]
+    assert accepted_names("mentions Gate-accept: inline only") == []
     name, step = gate_icount.BENCHMARK, ("decode-262k",)
-    assert gate_icount.is_accepted(name, step, ["decode-262k"])
-    assert gate_icount.is_accepted(name, step, [gate_icount.label(name, step)])
-    assert not gate_icount.is_accepted(name, ("decode-128",), ["decode-262k"])
-    assert gate_icount.is_accepted("bench_decode.Decode.time_decode", None, ["time_decode"])
-    assert gate_icount.is_accepted(name, ("asample",), ["all"])
+    assert is_accepted(name, step, ["decode-262k"])
+    assert is_accepted(name, step, [label(name, step)])
+    assert not is_accepted(name, ("decode-128",), ["decode-262k"])
+    assert is_accepted("bench_decode.Decode.time_decode", None, ["time_decode"])
+    assert is_accepted(name, ("asample",), ["all"])
 
 
 def rows(**ratios):
@@ -99,9 +100,9 @@ def rows(**ratios):
         head = None if ratio is None else 1000 * ratio
         params = (step,)
         ratio_value = None if ratio is None else head / 1000
-        label = gate_icount.label(gate_icount.BENCHMARK, params)
+        key = label(gate_icount.BENCHMARK, params)
         row = {"step": step, "params": params, "base": 1000, "head": head, "ratio": ratio_value}
-        table[label] = row
+        table[key] = row
     return table
 
 
@@ -109,20 +110,20 @@ def test_stage_fails_at_the_factor_unless_accepted(capsys):
     """1.05x fails at factor 1.05, 1.049x passes, an accepted rise passes, n/a on both commits
     is not judged, a step counted on the base but not on HEAD fails."""
     table = rows(decode_262k=1.05, decode_128=1.049, encode_262k=1.5, asample=None)
-    table[gate_icount.label(gate_icount.BENCHMARK, ("asample",))]["base"] = None  # n/a on both
+    table[label(gate_icount.BENCHMARK, ("asample",))]["base"] = None  # n/a on both
     broken = rows(retrieve_try_again=None)  # counted on the base, fails on HEAD
-    failed = gate_icount.compare({**table, **broken}, 1.05, ["encode-262k"])
-    assert failed == {
-        gate_icount.label(gate_icount.BENCHMARK, ("decode-262k",)),
-        *broken,
+    counts = {**table, **broken}
+    verdicts = {row.name: row.verdict for row in gate_icount.rows(counts, 1.05, ["encode-262k"])}
+    assert verdicts == {
+        "decode-262k": Verdict.WORSE,
+        "decode-128": Verdict.PASS,
+        "encode-262k": Verdict.ACCEPTED,
+        "asample": Verdict.NOT_COMPARED,
+        "retrieve-try-again": Verdict.BROKE,
     }
+    print_table("instruction counts", gate_icount.rows(counts, 1.05, []), what="step", digits=4)
     out = capsys.readouterr().out
-    for step, verdict in (
-        ("decode-262k", "FAIL"),
-        ("decode-128", "pass"),
-        ("encode-262k", "accepted"),
-        ("asample", "n/a"),
-    ):
+    for step, verdict in (("decode-262k", "FAIL"), ("decode-128", "pass"), ("asample", "n/a")):
         assert any(step in line and verdict in line for line in out.splitlines()), (step, out)
 
 
@@ -137,9 +138,9 @@ def test_values_reads_both_commits_per_step():
             yield (name, [[repr(params[0])]], [value], [None], [None], None, "m", "env")
 
     table = gate_icount.values("b", "h", results)
-    small = table[gate_icount.label(gate_icount.BENCHMARK, ("decode-128",))]
+    small = table[label(gate_icount.BENCHMARK, ("decode-128",))]
     assert (small["base"], small["head"], small["ratio"]) == (200.0, 210.0, 1.05)
-    sample = table[gate_icount.label(gate_icount.BENCHMARK, ("asample",))]
+    sample = table[label(gate_icount.BENCHMARK, ("asample",))]
     assert (sample["base"], sample["head"], sample["ratio"]) == (50.0, None, None)
     assert len(table) == len(icount_steps.STEPS)
 
@@ -148,12 +149,12 @@ def test_partial_slowdown_decodes_a_fraction_more(tmp_path):
     """--slowdown 1.5: after each body the decoder decodes a body of half its tokens; the
     result is still the body's own."""
     from impl import registry
-    from impl.ci import gate
+    from impl.ci import gate_timers, repo
     from impl.decode.parity import same
     from impl.workloads.synthetic import body_for
 
-    picked = gate.picked("decode")
-    source = (gate.ROOT / gate_demo.decoder_module(picked)).read_text()
+    picked = gate_timers.picked("decode")
+    source = (repo.ROOT / gate_demo.decoder_module(picked)).read_text()
     path = tmp_path / "patched.py"
     path.write_text(source + gate_demo.patch_for("slowdown", 1.5))
     decoder = gate_demo.load_module(path, "_test_gate_demo_partial").create()
@@ -188,14 +189,14 @@ def counted_project(tmp_path_factory):
 @pytest.fixture
 def counted_gate(counted_project, monkeypatch):
     """impl.ci.gate on the tiny project, its one track in the instruction-count stage."""
-    from impl.ci import gate
+    from impl.ci import gate, gate_timers, repo
     from tests.support import asv_tiny as tiny
 
-    repo, commits = counted_project
-    monkeypatch.setattr(gate, "ROOT", repo)
-    monkeypatch.setattr(gate, "MACHINE", "tiny-icount")
-    monkeypatch.setattr(gate, "gated", lambda picks: [])
-    monkeypatch.setattr(gate, "picked", lambda family: "any")
+    project, commits = counted_project
+    monkeypatch.setattr(repo, "ROOT", project)
+    monkeypatch.setattr(gate_timers, "MACHINE", "tiny-icount")
+    monkeypatch.setattr(gate_timers, "gated", lambda picks: [])
+    monkeypatch.setattr(gate_timers, "picked", lambda family: "any")
     monkeypatch.setattr(gate_icount, "gated", lambda families=None: [(tiny.BENCH, None)])
     monkeypatch.setattr(gate_icount, "skipped_reason", lambda: None)
     return gate, commits

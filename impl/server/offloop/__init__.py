@@ -4,23 +4,23 @@ Decoding a realistic 262144-token body (~20 MB) takes tens of milliseconds of CP
 with the fastest decoder, and simdjson's and numpy's long C calls hold the GIL: run on the event
 loop, or in a worker thread, a burst of them stalls every other request, a fresh-connection
 /healthz included (docs/measurements.md has the figures). The designs here share one contract,
-`await design.to_proto(body, job) -> (bytes, decode seconds, encode seconds)` (`UpstreamFailed`
-saying why not):
+`Decoding` (`impl.server.offloop.decoding`): a forward's one way in is `await
+design.sample(call) -> Sampled` (the SampleResponse bytes or the failure, and the seconds of each
+step):
 
 - `inline`: decode and encode on the loop (the cheapest for small bodies, and the baseline);
 - `threads`: a thread pool, for a decoder whose parse releases the GIL (`releases_gil`)
   (both in `impl.server.offloop.inline`);
 - `processes`: decode processes (`impl.server.offloop.processes`), for any decoder;
 - `fetch`: fetch processes (`impl.server.offloop.fetch`) that also send the router
-  request and read its body with the picked pool, so the body never enters the server's process
-  (`fetch(url, request, job, admit) -> Fetched` instead of `to_proto`, for requests whose
-  expected body is `--offloop-min-bytes` or more). `auto` picks it for every decoder, as
-  measured (`choose`).
+  request and read its body with their own pool, so the body never enters the server's process
+  (for requests whose expected body is `--offloop-min-bytes` or more). `auto` picks it for every
+  decoder, as measured (`choose`).
 
 Both process designs share their child-process plumbing (`impl.server.offloop.children`: start
 on a socket pair, reap, replace, stop, the failure frames). Bodies under `--offloop-min-bytes`
 stay inline in every design: handing them over costs the loop more than decoding them.
-`BodyBudget` (`impl.server.forward`) caps the upstream body bytes held at once
+`BodyBudget` (`impl.server.budget`) caps the upstream body bytes held at once
 (`--max-body-bytes-in-flight`).
 """
 
@@ -30,6 +30,7 @@ import os
 from typing import Any
 
 from impl.decode import releases_gil
+from impl.server.offloop.decoding import Decoding
 from impl.server.offloop.inline import Inline, Threads
 
 DESIGNS = ("auto", "inline", "threads", "processes", "fetch")
@@ -99,7 +100,7 @@ def create(
     nice: int = 0,
     pool_name: str = "",
     pool_options: dict[str, Any] | None = None,
-) -> Inline:
+) -> Decoding:
     """The object running `design` with `count` threads or processes (call `await start()`
     inside the running loop); `fetch` also needs the pool's registry name and its options."""
     if design == "inline":

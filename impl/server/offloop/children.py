@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from impl.server.offloop.inline import Inline
+from impl.server.offloop.decoding import Converted, DecodeJob, to_proto
 from impl.server.upstream import UpstreamFailed
 
 log = logging.getLogger("hotpath.server")
@@ -138,9 +138,11 @@ class Child:
         """The process has exited (shutdown): drop what still waits on its socket."""
 
 
-class Children(Inline):
+class Children:
     """`count` child processes of one design, each replaced when it dies; `what` names one of
-    them in messages ("decode process"), `ready` is the line it prints once it runs."""
+    them in messages ("decode process"), `ready` is the line it prints once it runs. Bodies
+    under `min_bytes` convert on the loop (`convert_inline`). The designs built on it are
+    `impl.server.offloop.decoding.Decoding`s (they add `name` and `sample`)."""
 
     what = "child process"
     ready = b""
@@ -160,7 +162,12 @@ class Children(Inline):
         nice: int = 0,
         options: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(decoder, encoder)
+        self.decoder, self.encoder = decoder, encoder
+        #: set when the server shuts down: no new processes
+        self.closing = False
+        #: bodies converted on the loop, and handed to a child
+        self.inline = 0
+        self.offloop = 0
         self.command = [
             sys.executable, "-m", self.module, "--decode", decoder_name,
             "--encode", encoder_name, *options, "--nice", str(nice),
@@ -175,6 +182,11 @@ class Children(Inline):
 
     async def start(self) -> None:
         await asyncio.gather(*(self._spawn() for _ in range(self.count)))
+
+    async def convert_inline(self, body: bytes, job: DecodeJob) -> Converted:
+        """A small body's SampleResponse bytes, on the loop (handing it over costs more)."""
+        self.inline += 1
+        return to_proto(self.decoder, self.encoder, body, job)
 
     async def _spawn(self) -> None:
         try:
@@ -239,7 +251,8 @@ class Children(Inline):
 
     def stats(self) -> dict[str, Any]:
         return {
-            **super().stats(),
+            "inline": self.inline,
+            "offloop": self.offloop,
             "count": self.count,
             "workers": self.count,  # its earlier name (/healthz readers of 0.1)
             "min_bytes": self.min_bytes,

@@ -56,7 +56,7 @@ from impl.server.offloop.children import (
     failure_payload,
     return_big_buffers,
 )
-from impl.server.offloop.inline import DecodeJob, Fetched, to_proto
+from impl.server.offloop.decoding import Call, DecodeJob, Sampled, through_loop, to_proto
 from impl.server.upstream import UpstreamFailed
 
 _REQUEST = struct.Struct("<cQII")
@@ -77,7 +77,7 @@ class _FetchProcess(Child):
 
     def __init__(self, process: asyncio.subprocess.Process, reader: Any, writer: Any) -> None:
         super().__init__(process, reader, writer)
-        self.jobs: dict[int, asyncio.Future[Fetched]] = {}
+        self.jobs: dict[int, asyncio.Future[Sampled]] = {}
         #: each job's `admit` (the server's BodyBudget), and the grants being waited for
         self.admits: dict[int, Admit] = {}
         self.granting: dict[int, asyncio.Task[None]] = {}
@@ -105,7 +105,7 @@ class _FetchProcess(Child):
             failure = None
             if kind != b"o":
                 failure, payload = failure_of(payload), b""
-            future.set_result(Fetched(payload, failure, body_bytes, attempts, up, dec, enc))
+            future.set_result(Sampled(payload, failure, body_bytes, attempts, up, dec, enc))
 
     async def _grant(self, job_id: int, admit: Admit, status: int, length: int | None) -> None:
         """Wait for the budget, then tell the process it may read that job's body."""
@@ -178,10 +178,16 @@ class FetchProcesses(Children):
         child.jobs.clear()
         self._replace()
 
-    def fetches(self, expected_bytes: int) -> bool:
-        return expected_bytes >= self.min_bytes
+    async def sample(self, call: Call) -> Sampled:
+        """A request expecting `min_bytes` or more of body through a fetch process; a smaller
+        one through the loop's pool, converted on the loop."""
+        if call.expected_bytes < self.min_bytes:
+            return await through_loop(call, self.convert_inline)
+        return await self._fetch(call.url, call.request, call.job, call.hold)
 
-    async def fetch(self, url: str, request: bytes, job: DecodeJob, admit: Admit) -> Fetched:
+    async def _fetch(self, url: str, request: bytes, job: DecodeJob, admit: Admit) -> Sampled:
+        """`request` sent, its body read (once `admit` granted it), decoded and encoded by the
+        fetch process with the fewest requests in flight."""
         self.offloop += 1
         while not self.alive:  # every process died at once: wait for a replacement
             if self.closing:
@@ -189,7 +195,7 @@ class FetchProcesses(Children):
             await self._joined.wait()
         child = min(self.alive.values(), key=lambda c: len(c.jobs))
         job_id = next(self._ids)
-        future: asyncio.Future[Fetched] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Sampled] = asyncio.get_running_loop().create_future()
         child.jobs[job_id] = future
         child.admits[job_id] = admit
         meta = orjson.dumps([url, job.prompt_tokens, job.n, job.topk, job.include_prompt_logprobs])
@@ -210,7 +216,7 @@ class FetchProcesses(Children):
         return {"pool": self.pool_name, "in_flight": in_flight}
 
 
-async def _died(future: asyncio.Future[Fetched], exc: BaseException) -> Fetched:
+async def _died(future: asyncio.Future[Sampled], exc: BaseException) -> Sampled:
     """A write to a dead process: its listener fails the future with the full message."""
     try:
         return await asyncio.wait_for(asyncio.shield(future), 10)

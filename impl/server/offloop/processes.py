@@ -45,7 +45,7 @@ from impl.server.offloop.children import (
     failure_payload,
     return_big_buffers,
 )
-from impl.server.offloop.inline import Converted, DecodeJob, to_proto
+from impl.server.offloop.decoding import Call, Converted, DecodeJob, Sampled, through_loop, to_proto
 from impl.server.upstream import UpstreamFailed
 
 _META = struct.Struct("<I")
@@ -92,9 +92,14 @@ class DecodeProcesses(Children):
     def joined(self, child: _DecodeProcess) -> None:
         self.idle.put_nowait(child)
 
-    async def to_proto(self, body: bytes, job: DecodeJob) -> Converted:
+    async def sample(self, call: Call) -> Sampled:
+        return await through_loop(call, self.convert)
+
+    async def convert(self, body: bytes, job: DecodeJob) -> Converted:
+        """One body the loop received to SampleResponse bytes, in a decode process from
+        `min_bytes` on (UpstreamFailed: why not)."""
         if len(body) < self.min_bytes:
-            return await super().to_proto(body, job)
+            return await self.convert_inline(body, job)
         self.offloop += 1
         child = await self.idle.get()
         try:

@@ -19,7 +19,7 @@ import msgspec
 import orjson
 
 from impl.server import limits, schemas
-from impl.server.forward import SampleRejected, build_request
+from impl.server.job import SampleRejected, build_request
 from impl.server.routes._raw import (
     API_KEY_MESSAGE,
     JSON,

@@ -24,8 +24,10 @@ import pytest
 from impl import registry
 from impl.pool import PREFERENCE
 from impl.server import offloop
-from impl.server.forward import BodyBudget, ForwardRunner, Job
-from impl.server.offloop.inline import DecodeJob
+from impl.server.budget import BodyBudget
+from impl.server.forward import ForwardRunner
+from impl.server.job import Job
+from impl.server.offloop.decoding import DecodeJob, Decoding
 from impl.server.upstream import UpstreamFailed
 from tests.server.offloop.test_processes import _gone, _offloop_server, _process_pids
 from tests.support import fake_vllm as fake
@@ -53,7 +55,7 @@ FAULTS = [
 
 
 def _job(n: int, max_tokens: int, topk: int | None, seed: int, prompt: list[int]) -> Job:
-    """A router request built as `forward.build_request` builds it."""
+    """A router request built as `job.build_request` builds it."""
     body = {
         "model": "m", "prompt": prompt, "n": n, "temperature": 1.0, "top_p": 1.0, "top_k": -1,
         "logprobs": 1, "return_token_ids": True, "max_tokens": max_tokens, "seed": seed,
@@ -71,7 +73,7 @@ async def _outcome(runner: ForwardRunner, job: Job) -> bytes | str:
         return f"{exc.kind}: {exc}"
 
 
-def _runner(design: offloop.Inline, url: str) -> ForwardRunner:
+def _runner(design: Decoding, url: str) -> ForwardRunner:
     pool = registry.create("pool", POOL, max_connections=16, connect_timeout=5, read_timeout=30)
     budget = BodyBudget(64 << 20)
     return ForwardRunner(pool=pool, decoding=design, store=None, url=url, budget=budget)  # type: ignore[arg-type]

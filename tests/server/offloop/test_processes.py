@@ -20,8 +20,8 @@ import pytest
 from impl import registry
 from impl.decode import Completion, releases_gil
 from impl.server import offloop
-from impl.server.forward import Admission, BodyBudget
-from impl.server.offloop.inline import DecodeJob, to_proto
+from impl.server.budget import Admission, BodyBudget
+from impl.server.offloop.decoding import DecodeJob, to_proto
 from impl.server.offloop.processes import DecodeProcesses
 from impl.server.upstream import UpstreamFailed
 from tests.support import decode_corpus
@@ -59,7 +59,7 @@ def _expected(body: bytes, job: DecodeJob) -> bytes | str:
 
 async def _through(design: offloop.Inline, body: bytes, job: DecodeJob) -> bytes | str:
     try:
-        payload, decode_seconds, encode_seconds = await design.to_proto(body, job)
+        payload, decode_seconds, encode_seconds = await design.convert(body, job)
         assert decode_seconds > 0 and encode_seconds > 0  # the steps' times come back too
         return payload
     except UpstreamFailed as exc:

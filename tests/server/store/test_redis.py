@@ -20,8 +20,8 @@ from tests.support.store_options import store_options
 pytest.importorskip("redis", reason="the shared store needs redis-py: pip install 'hotpath[store]'")
 
 from impl.encode import sample_pb2
-from impl.server.forward import Job
-from impl.server.offloop.inline import DecodeJob
+from impl.server.job import Job
+from impl.server.offloop.decoding import DecodeJob
 from impl.server.store import DONE, FAILED, PENDING, Retention, StoreUnavailable
 from impl.server.store.redis import embedded
 from impl.server.store.redis.store import RedisStore
