@@ -23,7 +23,7 @@ install: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/hotpath bench $(ARGS)
 
-# Test tiers (docs/ci.md): `make check` lint and the fast tier (no process started, a minute),
+# Test tiers (docs/ci.md): `make check` lint and the fast tier (no test marked heavy or slow),
 # `make test` everything but the tests that need minutes (marked `slow`), `make test-slow` those.
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)
@@ -32,7 +32,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow $(ARGS)
 
 check: lint
-	$(BIN)/python -m pytest -m "not slow and not process" -q $(ARGS)
+	$(BIN)/python -m pytest -m "not slow and not heavy" -q $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check impl benchmarks tests profiles perf

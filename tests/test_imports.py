@@ -177,6 +177,7 @@ def test_function_level_and_relative_imports_count(tmp_path):
     assert circles(edges) == [["pkg.a", "pkg.sub.b", "pkg.a"]]
 
 
+@pytest.mark.heavy
 def test_impl_has_no_import_circle():
     """Every module of impl/ can be read top-down: nothing it imports imports it back."""
     edges = graph()
@@ -207,6 +208,7 @@ def _imports_beyond(part: str, within: str, allowed: tuple[str, ...]) -> list[st
 
 
 @pytest.mark.parametrize("wing", sorted(WINGS))
+@pytest.mark.heavy
 def test_a_wing_imports_nothing_above_it(wing):
     """The store knows no forward, job or route; off-loop decoding knows only the router call."""
     above = _imports_beyond(wing, "impl.server", (wing, *WINGS[wing]))
@@ -219,6 +221,7 @@ FOUNDATIONS = {"impl.workloads": ("impl.workloads", "impl._process")}
 
 
 @pytest.mark.parametrize("foundation", sorted(FOUNDATIONS))
+@pytest.mark.heavy
 def test_a_foundation_imports_no_harness_server_or_family(foundation):
     """The body generators stand below everything that is fed with them."""
     above = _imports_beyond(foundation, PACKAGE, FOUNDATIONS[foundation])

@@ -37,6 +37,7 @@ def test_there_are_notebooks_and_a_sample() -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.slow
 def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The notebook executes without error and writes the figures it names."""
     spec = tmp_path / "jupyter" / "kernels" / "python3"

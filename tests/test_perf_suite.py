@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from impl.ci import perfjson
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,6 +21,7 @@ def _pytest(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_perf_is_not_collected_by_make_test():
     """pyproject's testpaths collect tests/ only: no perf/ benchmark runs under `make test`."""
     collected = _pytest("--collect-only")
@@ -26,6 +29,7 @@ def test_perf_is_not_collected_by_make_test():
     assert "perf/" not in collected
 
 
+@pytest.mark.heavy
 def test_one_group_runs_and_its_json_reads_as_rows(tmp_path):
     """One perf group runs (implementations side by side) and `perfjson.rows` labels each row."""
     out = tmp_path / "perf.json"

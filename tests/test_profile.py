@@ -71,6 +71,7 @@ def test_summarize_counts_self_and_total_per_function(tmp_path: Path) -> None:
     assert "threads: main 50%, other 50%" in table
 
 
+@pytest.mark.heavy
 def test_resolve_names_and_picked() -> None:
     with pytest.raises(LookupError, match="known"):
         profile.resolve("encode", "no-such-encoder")
@@ -104,6 +105,7 @@ def test_missing_pyspy_says_what_and_how_to_install(
     assert not out.exists() and not list(tmp_path.glob("out*"))
 
 
+@pytest.mark.heavy
 def test_profile_records_an_encode_loop(tmp_path: Path) -> None:
     """A real recording: the loop child runs, py-spy writes both files, the summary names encode."""
     pyspy = Path(sys.executable).with_name("py-spy")

@@ -170,6 +170,7 @@ def test_queue_pause_stops_the_listener_and_resume_restarts_it(make_handler):
     assert not handler._thread.is_alive()
 
 
+@pytest.mark.heavy
 def test_queue_keeps_a_burst_closed_right_after(make_handler):
     """10,000 records handled, then close() at once: all 10,000 lines, in order."""
     stream = io.StringIO()
@@ -182,6 +183,7 @@ def test_queue_keeps_a_burst_closed_right_after(make_handler):
     assert handler.written == 10_000 and handler.errors == 0
 
 
+@pytest.mark.heavy
 def test_queue_flushes_at_interpreter_exit(tmp_path):
     """Configured by dictConfig and never closed explicitly: atexit still writes every line."""
     log = tmp_path / "access.log"
@@ -387,6 +389,7 @@ def test_queue_caller_is_much_cheaper_than_rich(make_handler):
     assert cost["rich"] > 10 * cost["queue"], cost
 
 
+@pytest.mark.heavy
 def test_pick_never_takes_null(tmp_path, monkeypatch):
     """With nothing recorded, the start-up calibration picks a handler that writes lines."""
     from impl import pick

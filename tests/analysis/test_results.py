@@ -83,6 +83,7 @@ def test_partial_run_refuses_the_committed_sample():
     assert "--only would leave the committed sample" in done.stderr
 
 
+@pytest.mark.slow
 def test_one_command_refreshes_sample_figures_and_tables(tmp_path: Path):
     """A tiny real run: quick decode section, the decode notebook, a README copy rewritten."""
     pytest.importorskip("nbclient", reason="needs the notebooks extra (pip install 'hotpath[all]')")

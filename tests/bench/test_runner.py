@@ -108,6 +108,7 @@ def test_pool_budget_by_run_length(monkeypatch):
     assert pool.budget() == pool.budget(full=True) == 600.0
 
 
+@pytest.mark.heavy
 def test_pool_burst_in_forked_child_against_barrier_router():
     name = registry.reference("pool")
     router = pool.start_barrier_router(16)
@@ -120,6 +121,7 @@ def test_pool_burst_in_forked_child_against_barrier_router():
     assert result["cpu_seconds"] > 0 and result["wall_seconds"] > 0
 
 
+@pytest.mark.heavy
 def test_pool_skips_counts_predicted_over_budget():
     name = registry.reference("pool")
     results = pool.measure_all([name], (4, 8), budget_seconds=0.0)
@@ -133,6 +135,7 @@ def test_pool_skips_counts_predicted_over_budget():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc schedstat")
+@pytest.mark.heavy
 def test_accesslog_servers_started_once_and_every_line_counted():
     runs = accesslog.server_costs(["plain", "null"], {"plain": 40, "null": 40}, 2, warmup=10)
     assert len(runs["plain"]) == len(runs["null"]) == 2

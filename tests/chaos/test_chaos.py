@@ -179,6 +179,7 @@ def _store_outage(router, tmp_path, fault) -> tuple[float, float, dict, str]:
     return to_503, to_200, figures, own.log
 
 
+@pytest.mark.slow
 def test_the_store_is_killed_and_started_again(router, tmp_path):
     def kill_and_start(engine: OwnStore, readyz: str) -> float:
         killed = time.monotonic()
@@ -194,6 +195,7 @@ def test_the_store_is_killed_and_started_again(router, tmp_path):
     _record("store_kill", readyz_503_after_s=to_503, readyz_200_after_restart_s=to_200, **figures)
 
 
+@pytest.mark.slow
 def test_the_store_is_stalled_and_continued(router, tmp_path):
     def stop_and_continue(engine: OwnStore, readyz: str) -> float:
         stopped = time.monotonic()
@@ -210,6 +212,7 @@ def test_the_store_is_stalled_and_continued(router, tmp_path):
     _record("store_stall", readyz_503_after_s=to_503, readyz_200_after_cont_s=to_200, **figures)
 
 
+@pytest.mark.slow
 def test_the_embedded_store_is_killed(router):
     with start_server(router.url, "--workers", "2") as server:
         before = _serve_processes(server.pid)
@@ -232,6 +235,7 @@ def test_the_embedded_store_is_killed(router):
     _record("embedded_kill", restarted_after_s=back, **figures)
 
 
+@pytest.mark.slow
 def test_a_server_process_is_killed(router):
     """kill -9 of a worker with forwards in flight (the harness's --kill-one-at: one with
     forwards if a probe finds one, else any worker)."""
@@ -284,6 +288,7 @@ def _address(server) -> tuple[str, int]:
     return host, int(port)
 
 
+@pytest.mark.slow
 def test_slowloris_connections_are_closed_by_the_header_timeout(single):
     """200 connections sending their head a byte a second: each is answered 408 and closed
     once the default header timeout (10 s, from the connection's opening) has passed; a
@@ -357,6 +362,7 @@ def _send_and_read(address, data: bytes) -> bytes:
     return answer
 
 
+@pytest.mark.heavy
 def test_huge_and_many_headers_get_431_with_bounded_memory(single):
     """20 concurrent 32 MB headers: 431 each, the server's RSS grows < 50 MB; 20,000 headers:
     431; a request after them is served."""

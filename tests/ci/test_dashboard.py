@@ -105,6 +105,7 @@ def _png_pixels(path: Path) -> np.ndarray:
         return np.asarray(png.convert("RGB"), dtype=np.int32)
 
 
+@pytest.mark.slow
 def test_graph_page_draws_the_graph(server: str, tmp_path: Path) -> None:
     """The benchmark's page renders a flot graph of the three results."""
     url = f"{server}/#{BENCH}"
@@ -123,6 +124,7 @@ def test_graph_page_draws_the_graph(server: str, tmp_path: Path) -> None:
     assert (spread > 60).sum() > 100, "no coloured pixels: the graph was not drawn"
 
 
+@pytest.mark.heavy
 def test_front_page_lists_the_benchmark(server: str, tmp_path: Path) -> None:
     """The dashboard's front page (the summary grid) shows the benchmark."""
     dom = _chromium(tmp_path, "--dump-dom", f"{server}/")

@@ -19,6 +19,8 @@ from impl.ci import gate, gate_timers, repo
 from impl.ci.stage import Verdict
 from tests.support import asv_tiny as tiny
 
+pytestmark = pytest.mark.heavy
+
 MACHINE = "tiny-gate"
 BENCH = [(tiny.BENCH, None)]
 
@@ -45,6 +47,7 @@ def _timers(base: str, head: str, factor: float = 1.5) -> gate_timers.Timers:
     return gate_timers.Timers(base, head, BENCH, factor, hashes=repo.ROOT / "unused")
 
 
+@pytest.mark.slow
 def test_twice_as_slow_fails(at, capsys):
     """20 after 10 is a 2x slowdown: worse at factor 1.5, and the table is printed."""
     timers = _timers(at[0], at[1])

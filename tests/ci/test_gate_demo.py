@@ -51,6 +51,7 @@ def source(tmp_path, monkeypatch):
     return root
 
 
+@pytest.mark.heavy
 def test_snapshot_and_cases(source, tmp_path):
     """The snapshot is the working tree; each case is one commit on it; the source is untouched."""
     head = tiny.git(source, "rev-parse", "HEAD")

@@ -90,6 +90,7 @@ def test_demo_e2e_case_is_only_with_its_factor(capsys):
         gate_demo_e2e.patch(1.0)
 
 
+@pytest.mark.slow
 def test_demo_e2e_patch_still_serves_every_result(tmp_path, upstream):
     """The hot routes with the end-to-end slowdown appended: the server starts from that tree,
     and each sample's result comes back, exactly as from the unchanged server (the delay only

@@ -26,6 +26,7 @@ needs_valgrind = pytest.mark.skipif(
 @pytest.mark.parametrize(
     "step", ["decode-128", "accesslog-record", "asample", "retrieve-try-again"]
 )
+@pytest.mark.heavy
 def test_each_step_makes_its_call(step):
     """Each step builds a call that works outside Valgrind too (the routes answer 200)."""
     call = icount_steps.STEPS[step]()
@@ -41,6 +42,7 @@ def record_count():
 
 
 @needs_valgrind
+@pytest.mark.slow
 def test_count_is_the_call_alone_and_repeatable(record_count):
     """One access record: thousands of instructions, not the ~90M of a start-up; the same
     again within 0.1% (the issue's bound). With a real clock this step wandered up to 0.22%
@@ -62,6 +64,7 @@ def test_frozen_clock_fixes_only_the_time():
 
 
 @needs_valgrind
+@pytest.mark.slow
 def test_count_follows_the_picked_implementation(record_count, monkeypatch):
     """HOTPATH_ACCESSLOG picks the handler (as for the server): a different handler counts
     differently; the null handler, which writes nothing, counts less."""
@@ -202,6 +205,7 @@ def counted_gate(counted_project, monkeypatch):
     return gate, commits
 
 
+@pytest.mark.slow
 def test_gate_fails_a_rise_at_the_factor_and_says_how_to_accept(counted_gate, capsys):
     gate, commits = counted_gate
     argv = ["--compare-only", "--base", commits[0]]
@@ -213,6 +217,7 @@ def test_gate_fails_a_rise_at_the_factor_and_says_how_to_accept(counted_gate, ca
     assert gate.main([*argv, "--head", commits[2], "--icount-factor", "1.1"]) == 0
 
 
+@pytest.mark.heavy
 def test_gate_passes_an_accepted_rise(counted_gate, capsys):
     """The same 1.06x rise passes when a commit in base..HEAD accepts it; it is still shown."""
     gate, commits = counted_gate
@@ -222,6 +227,7 @@ def test_gate_passes_an_accepted_rise(counted_gate, capsys):
     assert re.search(r"track_value .*1\.0600 \| accepted", out), out
 
 
+@pytest.mark.heavy
 def test_cache_reads_back_the_same_key_only(tmp_path, monkeypatch):
     """HOTPATH_ICOUNT_CACHE: the first count of a key is made and written, a second is read back;
     another step is counted; without the variable every call counts."""
@@ -235,6 +241,7 @@ def test_cache_reads_back_the_same_key_only(tmp_path, monkeypatch):
     assert icount.cached_count("decode-128") == 1003
 
 
+@pytest.mark.heavy
 def test_cache_key_follows_the_code_and_the_pick(monkeypatch):
     """The key changes with the step, with a file of the counted `impl` package, and with the
     implementation picked; it is stable otherwise."""

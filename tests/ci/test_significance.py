@@ -93,6 +93,7 @@ def _asv_rule():
     return rule
 
 
+@pytest.mark.heavy
 def test_same_verdicts_as_asv_on_random_cases():
     """2,000 random pairs of sample sets (sizes 1-30, shifts, ties, single repeats): our rule
     and asv's give the same verdict, both ways round, at several factors."""

@@ -46,6 +46,7 @@ def text_body(case: tuple) -> bytes:
 
 
 @pytest.mark.parametrize("case", text_params(600) + text_params(20000))
+@pytest.mark.heavy
 def test_class_of_real_text(case):
     """Numbers follow the rendering, non-ASCII the multilingual text, escapes real text."""
     kind, how, _ = case
@@ -61,6 +62,7 @@ def test_class_of_real_text(case):
         assert escapes == "escapes"
 
 
+@pytest.mark.heavy
 def test_class_of_two_choice_bodies_with_prompt_logprobs():
     """Windows that miss the numbers (choice 1's text) do not decide the number layout."""
     for how in realtext.RENDERS:
@@ -222,6 +224,7 @@ def test_auto_with_a_decoder_per_class_equals_the_reference(case):
     assert_same(auto.decode(body), REFERENCE.decode(body))
 
 
+@pytest.mark.heavy
 def test_bench_records_the_class_and_shows_autos_pick_per_row(monkeypatch):
     """`hotpath bench`'s decode section: each row's class and its cost, auto's pick per row."""
     decode_bench = pytest.importorskip("impl.bench.decode")

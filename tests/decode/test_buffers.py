@@ -12,6 +12,7 @@ import gc
 import tracemalloc
 
 import numpy as np
+import pytest
 
 from impl.workloads import synthetic
 from tests.decode.test_compiled import REFERENCE, compiled  # noqa: F401 (the fixture)
@@ -25,6 +26,7 @@ def _arrays(completion) -> list[np.ndarray]:
     return [a for s in completion.sequences for a in (s.tokens, s.logprobs)]
 
 
+@pytest.mark.heavy
 def test_arrays_are_writable_and_their_own(compiled):  # noqa: F811
     """As with the bytearrays before: writable arrays, and writing to one changes no other."""
     body = synthetic.body_for(TOKENS, kind="vllm", seed=1)
@@ -36,6 +38,7 @@ def test_arrays_are_writable_and_their_own(compiled):  # noqa: F811
     assert_same(second, REFERENCE.decode(body))
 
 
+@pytest.mark.slow
 def test_a_block_is_reused_only_after_its_arrays_are_gone(compiled):  # noqa: F811
     """Blocks of dropped results are handed out again; those of live arrays never are: arrays
     held across later decodes keep their values."""
@@ -55,6 +58,7 @@ def test_a_block_is_reused_only_after_its_arrays_are_gone(compiled):  # noqa: F8
     assert_same(held, REFERENCE.decode(held_body))
 
 
+@pytest.mark.heavy
 def test_the_pool_keeps_at_most_its_bounds(compiled):  # noqa: F811
     """Dropping many results at once: the pool keeps at most 16 blocks and 64 MiB."""
     body = synthetic.body_for(TOKENS, kind="vllm", seed=3)
@@ -66,6 +70,7 @@ def test_the_pool_keeps_at_most_its_bounds(compiled):  # noqa: F811
     assert kept <= POOL_BYTES
 
 
+@pytest.mark.heavy
 def test_tracemalloc_sees_the_buffers(compiled):  # noqa: F811
     """The blocks are allocated where tracemalloc traces them (as the bytearrays were): of 40
     arrays held at once, at most 16 can come from blocks allocated before tracing started."""

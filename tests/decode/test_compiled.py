@@ -82,6 +82,7 @@ ALPHABET = b'{}[]:,"01-+.eEtrufalsnx\\ /u'
 
 @pytest.mark.parametrize("base", [GOOD_VALUES, NUMBERS], ids=["every-value", "numbers"])
 @pytest.mark.parametrize("place", ["top-logprobs", "usage", "text-offset", "tokens"])
+@pytest.mark.heavy
 def test_accepts_only_what_python_accepts(base, place, compiled):
     small = synthetic.body_for(3, kind="vllm", n=2, seed=5)
     after, template = {
@@ -110,6 +111,7 @@ def test_accepts_only_what_python_accepts(base, place, compiled):
 
 
 @pytest.mark.parametrize("array", ["token_logprobs", "top_logprobs"])
+@pytest.mark.heavy
 def test_bulk_arrays_accept_only_what_python_accepts(array, compiled):
     """Seeded edits of a whole kept `token_logprobs` array or skipped `top_logprobs` array of
     a 40-token body (onepass_nogil checks both 64 bytes a block, as a stream): the fast path
@@ -275,6 +277,7 @@ BULK_STRINGS += [b"\xf4\x90\x80\x80", b"\x1f", b"\x7f", b"\xc3\xa9\\n\xc3\xa9", 
 
 
 @pytest.mark.parametrize("array", ["tokens", "top_logprobs"])
+@pytest.mark.heavy
 def test_strings_in_bulk_arrays_at_every_block_offset(array, compiled):
     """A token, or a top-logprob key, with escapes or non-ASCII bytes, valid or not, shifted
     through every offset of a 64-byte block (so an escape's backslash, or a UTF-8 sequence,
@@ -296,6 +299,7 @@ def test_strings_in_bulk_arrays_at_every_block_offset(array, compiled):
     assert answered >= 66 * 10  # the valid ones answered by the fast path itself
 
 
+@pytest.mark.slow
 def test_every_byte_replaced_or_dropped(compiled):
     """Each byte of a realistic 48-token body (its arrays span several of onepass_nogil's
     64-byte bulk windows) replaced by each of 21 bytes, or dropped: the fast path answers only
@@ -898,6 +902,7 @@ def _echo_body(
 
 
 @pytest.mark.parametrize("where", [0, 3, 38, 39])
+@pytest.mark.heavy
 def test_top_logprobs_that_repeat_tokens(where, compiled):
     """A top_logprobs element whose first member repeats (or almost repeats) its position's
     token and logprob, the alternatives after it valid or not, at the first, a middle, the

@@ -31,6 +31,7 @@ def decoder(request):
 
 
 @pytest.mark.parametrize("case", invalid_cases(), ids=lambda case: case.id)
+@pytest.mark.heavy
 def test_raises_decode_error(decoder, case: Case):
     with pytest.raises(DecodeError) as info:
         decoder.decode(case.body, **case.kwargs)
@@ -72,6 +73,7 @@ NUMBERS_ONLY = b'[{"a":-0.5,"b":[1,{"c":-0}]},"x",-12.5E-7,1E+2,0.5e-3,{},[],[[1
 
 
 @pytest.mark.parametrize("base", [GOOD_VALUES, NUMBERS_ONLY], ids=["every-value", "numbers-only"])
+@pytest.mark.heavy
 def test_vectorised_validator_agrees_with_the_stdlib(base):
     """fromstring's vectorised check of big skipped values: sound and complete (compact JSON)."""
     checked = accepted = 0
@@ -96,6 +98,7 @@ def test_vectorised_validator_agrees_with_the_stdlib(base):
     assert checked > 1000 and 50 < accepted < checked  # both outcomes really exercised
 
 
+@pytest.mark.heavy
 def test_big_skipped_values_take_the_vectorised_check(monkeypatch):
     """On big vLLM bodies the vectorised check vouches for valid skipped values by itself."""
     results = []

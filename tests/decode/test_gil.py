@@ -91,6 +91,7 @@ def test_marker_says_who_releases_the_gil():
             assert releases_gil(registry.create(FAMILY, name)) is True
 
 
+@pytest.mark.heavy
 def test_work_that_holds_the_gil_gives_no_turn(big_body):
     """The counting method itself: GIL-holding work of the same size lets no turn in."""
     assert turns_taken(lambda: json.loads(big_body), repeats=3) == 0
@@ -98,6 +99,7 @@ def test_work_that_holds_the_gil_gives_no_turn(big_body):
 
 
 @pytest.mark.parametrize("name", nogil_params())
+@pytest.mark.heavy
 def test_another_thread_runs_during_a_20mb_decode(name, big_body):
     decoder = registry.create(FAMILY, name)
     holding = registry.create(FAMILY, HOLDING)

@@ -47,6 +47,7 @@ def assert_same_array(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 
 @pytest.mark.parametrize("case", valid_cases(), ids=lambda case: case.id)
+@pytest.mark.heavy
 def test_matches_reference(decoder, case: Case):
     assert_same(
         decoder.decode(case.body, **case.kwargs), REFERENCE.decode(case.body, **case.kwargs)
@@ -83,6 +84,7 @@ def realtext_case(case: tuple) -> tuple[bytes, dict, Completion]:
 
 
 @pytest.mark.parametrize("case", realtext_params())
+@pytest.mark.heavy
 def test_real_text_bodies_match_reference(decoder, case):
     """Real text through a real tokenizer, in both renderings: every decoder, bit for bit."""
     body, kwargs, want = realtext_case(case)
@@ -174,6 +176,7 @@ def test_results_survive_the_next_decode(decoder):
     assert_same(first, REFERENCE.decode(first_body))
 
 
+@pytest.mark.heavy
 def test_threads_share_one_decoder(decoder):
     """One decoder object used from several threads at once gives the reference's results."""
     cases = [
@@ -261,6 +264,7 @@ def test_generated_prompt_logprobs(k):
 @pytest.mark.skipif(
     registry.unavailable_reason(FAMILY, "orjson") is not None, reason="needs orjson"
 )
+@pytest.mark.heavy
 def test_auto_dispatches_by_measured_size():
     """auto: per size the cheapest measured candidate (never itself, never an unknown name)."""
     rows = [

@@ -179,12 +179,14 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 @SETTINGS
 @given(body(broken=False))
+@pytest.mark.heavy
 def test_valid_bodies_decode_alike(case):
     check_all(*case)
 
 
 @SETTINGS
 @given(body(broken=True))
+@pytest.mark.heavy
 def test_broken_bodies_decode_alike_or_all_fail(case):
     check_all(*case)
 

@@ -139,6 +139,7 @@ def test_wire_copies_each_buffer_at_most_once():
 
 
 @pytest.mark.parametrize("name", json_params())
+@pytest.mark.heavy
 def test_json_matches_reference_and_completion(name, reference_bytes):
     """Parsed JSON equals the reference's and the plainly computed expected value (float32)."""
     derive = json_implementation(name)
@@ -200,6 +201,7 @@ def _random_completion(data) -> Completion:
 @pytest.mark.parametrize("name", encoder_params())
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
+@pytest.mark.heavy
 def test_random_shapes_same_bytes_as_reference(name, data):
     """Random shapes (empty, varint boundaries, random padding): same bytes as the reference."""
     completion = _random_completion(data)
@@ -210,6 +212,7 @@ def test_random_shapes_same_bytes_as_reference(name, data):
 @pytest.mark.parametrize("name", json_params())
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
+@pytest.mark.heavy
 def test_random_shapes_json_matches_expected(name, data):
     """Random shapes, including rows padded in the middle or at rank 1 only."""
     completion = _random_completion(data)

@@ -22,6 +22,8 @@ from tests.support.encode_corpus import (
     same_float32,
 )
 
+pytestmark = pytest.mark.heavy
+
 if importlib.util.find_spec("tinker") is None:
     pytest.skip(
         "the Tinker SDK is not installed: pip install 'hotpath[sdk]' (tinker==0.38.*)",

@@ -51,6 +51,7 @@ def test_one_burner_per_core_stopped_by_pid():
     assert stats["cpu_seconds"] >= 0 and load.procs == []
 
 
+@pytest.mark.heavy
 def test_a_burner_burns_in_proportion_to_its_fraction():
     """Two burners side by side for the same time: the one busy 90% of each period uses more
     CPU than the one busy 15% (6x in principle; more than 1.5x however loaded the machine)."""
@@ -93,6 +94,7 @@ def test_a_burner_exits_when_its_parent_dies():
         parent.stdout.close()
 
 
+@pytest.mark.heavy
 def test_a_burner_stops_at_its_deadline():
     done = subprocess.run(
         [sys.executable, "-m", "impl.harness.burner", "--fraction", "0.1", "--seconds", "0.3"],

@@ -70,6 +70,7 @@ def _run(url: str, **changes) -> dict:
     )
 
 
+@pytest.mark.heavy
 def test_clean_run_completes_and_checks_exact_tokens(standin):
     """64 samples, nothing injected: all complete, every token checked, no problems reported."""
     s = standin("--pending", "2")
@@ -85,6 +86,7 @@ def test_clean_run_completes_and_checks_exact_tokens(standin):
     assert summary["healthz_samples"] >= 1
 
 
+@pytest.mark.heavy
 def test_every_fault_is_counted_and_retried_like_the_sdk(standin):
     """Each injected fault shows up once in the report: retried (same seq_id) or failed by class."""
     s = standin(
@@ -127,6 +129,7 @@ def test_every_fault_is_counted_and_retried_like_the_sdk(standin):
     assert summary["router_injected"] == injected
 
 
+@pytest.mark.heavy
 def test_a_server_that_loses_results_is_caught(standin, capsys):
     """A stand-in that answers 404 for some results: the CLI reports it and exits non-zero."""
     s = standin("--drop", "8")
@@ -153,6 +156,7 @@ def test_a_server_that_loses_results_is_caught(standin, capsys):
     assert "PROBLEM" in err and "lost" in err
 
 
+@pytest.mark.heavy
 def test_timeout_bounds_the_run(standin):
     """Samples that never complete are reported as unfinished when --timeout passes."""
     s = standin("--pending", "1000000")
@@ -165,6 +169,7 @@ def test_timeout_bounds_the_run(standin):
     assert run["wall_seconds"] >= 2.0  # held to the deadline, not given up early
 
 
+@pytest.mark.heavy
 def test_retries_are_bounded(standin):
     """An asample that fails every time stops after --tries with its class, not forever."""
     s = standin("--asample-fail", "503:1")  # only the first try of each fails...

@@ -28,6 +28,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@pytest.mark.slow
 def test_router_faults_are_counted_and_no_result_is_lost():
     """64 samples, every fault kind injected upstream: each router answer is one result."""
     scenario = presets.Scenario(
@@ -51,6 +52,7 @@ def test_router_faults_are_counted_and_no_result_is_lost():
     assert summary["picks"], "the server reports its picks on /healthz"
 
 
+@pytest.mark.slow
 def test_compare_baseline_prints_both_and_writes_the_report(tmp_path, capsys):
     """`--compare baseline`: two runs, side by side, ratios in the JSON report."""
     path = tmp_path / "r.json"
@@ -85,6 +87,7 @@ def test_compare_baseline_prints_both_and_writes_the_report(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("poll", ["session", "request"])
+@pytest.mark.slow
 def test_real_sdk_client_gets_every_token(poll):
     """`--client sdk`: the unmodified Tinker SDK samples through the server; exact tokens.
     `--poll` sets the server's flag, and the server's poll counts show which protocol ran."""
@@ -103,6 +106,7 @@ def test_real_sdk_client_gets_every_token(poll):
         assert served.get("retrieve_futures", 0) == 0 and served["retrieve_future_payload"] == 12
 
 
+@pytest.mark.slow
 def test_real_sdk_decodes_the_default_router_bodies():
     """`hotpath router` with no flags (real mixed text, rendered as vLLM renders it) behind
     `hotpath serve`: the unmodified Tinker SDK gets every sample, with the exact tokens."""
@@ -126,6 +130,7 @@ def test_real_sdk_decodes_the_default_router_bodies():
     assert served["served"] >= 8 and served["rendered"] >= 1
 
 
+@pytest.mark.slow
 def test_compare_poll_counts_requests_per_result(tmp_path, capsys):
     """`--compare poll`: per-request polling, then session polling, same scenario; each side's
     HTTP requests counted by path. Session: one fetch per result and fewer session polls than
@@ -149,6 +154,7 @@ def test_compare_poll_counts_requests_per_result(tmp_path, capsys):
     assert session["server_polls"].get("retrieve_future_try_again", 0) == 0
 
 
+@pytest.mark.slow
 def test_profile_writes_speedscope_and_svg(tmp_path):
     """`--profile PREFIX`: py-spy records the server during the run."""
     prefix = tmp_path / "prof"
@@ -160,6 +166,7 @@ def test_profile_writes_speedscope_and_svg(tmp_path):
     assert prefix.with_name("prof.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
 
 
+@pytest.mark.slow
 def test_realistic_bodies_from_two_router_workers():
     """vllm bodies from 2 router processes through the server: exact tokens, n=2."""
     scenario = presets.Scenario(
@@ -172,6 +179,7 @@ def test_realistic_bodies_from_two_router_workers():
     assert run["tokens"] >= 16 * 3000
 
 
+@pytest.mark.slow
 def test_latency_mode_queues_behind_the_engine():
     """Router latency mode through the server: at most max-num-seqs generate, all complete."""
     scenario = presets.Scenario(
@@ -185,6 +193,7 @@ def test_latency_mode_queues_behind_the_engine():
 
 
 @pytest.mark.parametrize("settle_seconds", [120.0, 0.0])
+@pytest.mark.slow
 def test_the_warm_ups_stored_results_are_waited_out_before_the_window(monkeypatch, settle_seconds):
     """After the warm-up the server still keeps its fetched results (for the retrieved TTL):
     `settle` waits until it stores less than SETTLE_BYTES (here 1: nothing), so the window's

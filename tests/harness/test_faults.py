@@ -68,6 +68,7 @@ def test_the_session_poller_counts_the_stores_503_and_closes_cleanly():
 
 
 @needs_redis
+@pytest.mark.heavy
 def test_samples_that_meet_a_dead_store_fail_as_store_unavailable(upstream, tmp_path):
     """The store is killed and never comes back: every sample fails with the class
     store_unavailable (after its tries), none as a crash."""
@@ -109,6 +110,7 @@ def _descendants(pid: int) -> list[psutil.Process]:
     ],
     ids=["sigterm-workers2", "sigint"],
 )
+@pytest.mark.slow
 def test_an_interrupted_loadtest_stops_everything_it_started(sig, extra):
     """SIGTERM (or SIGINT) to `hotpath loadtest` mid-run: it exits with 128 + the signal and
     every process it started (router, server and what the server started: workers, fetch

@@ -10,6 +10,7 @@ import pytest
 from impl.harness import procs, watch
 
 
+@pytest.mark.heavy
 def test_a_probe_that_connected_but_got_no_answer_carries_its_connect_time():
     """A listener that never accepts: the kernel completes the handshake, nothing answers."""
     with socket.create_server(("127.0.0.1", 0), backlog=8) as listener:

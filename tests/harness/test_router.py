@@ -22,6 +22,8 @@ from impl.harness.router import server as router_module
 from impl.workloads import realtext
 from impl.workloads.synthetic import completion_body, generate
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture
 def router():

@@ -21,6 +21,8 @@ from impl.harness.procs import Proc, start_router
 from impl.harness.router.bodies import filler_body
 from impl.pool import ConnectError, ReadError, Reply
 
+pytestmark = pytest.mark.heavy
+
 FAMILY = "pool"
 REFERENCE = registry.reference(FAMILY)
 SIZES = (0, 1, 100, 65_536, 1_048_583, 25 * 1024 * 1024)
@@ -197,6 +199,7 @@ def test_max_connections_respected(name: str, router: Proc) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_queued_behind_the_cap_waits_past_connect_timeout(name: str, router: Proc) -> None:
     """The wait for a free slot has no deadline: 4 requests of 1.5 s through 1 connection with a
     0.5 s connect timeout all complete (the last waits 4.5 s) instead of failing as ConnectError."""

@@ -11,12 +11,13 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip(
     "prometheus_client", reason="needs prometheus-client: pip install 'hotpath[server]'"
 )
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc schedstat")
 def test_metrics_cost_little_server_cpu():
     from impl.probes.metrics_cost import LENGTHS, measure

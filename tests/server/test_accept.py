@@ -16,6 +16,8 @@ import uvloop
 from impl.server.accept import EagerAccept
 from tests.support.server import start_server
 
+pytestmark = pytest.mark.heavy
+
 WAITING = 50
 
 

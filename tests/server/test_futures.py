@@ -24,6 +24,8 @@ from impl.workloads import synthetic
 from tests.support.fake_vllm import DELAY_BASE
 from tests.support.server import API_KEY, Api, grown, start_server
 
+pytestmark = pytest.mark.heavy
+
 
 def _forwards(upstream, seed: int) -> int:
     return sum(1 for e in upstream.get("/sent") if e["request"].get("seed") == seed)
@@ -47,6 +49,7 @@ def _abandoned_poll(url: str, request_id: str) -> socket.socket:
     ("mode", "retry_status"),
     [pytest.param("fast", 200, id="fixed"), pytest.param("baseline", 404, id="baseline-loses-it")],
 )
+@pytest.mark.slow
 def test_lost_response_chain(upstream, mode, retry_status):
     """A poll abandoned before its result is sent must not start the retrieved-TTL clock: the
     retry gets the result. With --baseline semantics (clock started when the response is
@@ -180,6 +183,7 @@ def test_json_derived_once_for_concurrent_polls(api):
     assert np.array_equal(np.array(data["sequences"][0]["logprobs"], np.float32), want.logprobs)
 
 
+@pytest.mark.slow
 def test_retention_evicts_and_frees_bytes(upstream):
     """Undelivered results go after --completed-ttl, delivered ones after --retrieved-ttl;
     stored bytes return to zero without any further request touching them."""
@@ -211,6 +215,7 @@ def test_retention_evicts_and_frees_bytes(upstream):
         api.close()
 
 
+@pytest.mark.slow
 def test_backpressure_429(upstream):
     """Beyond --max-result-bytes stored or --max-outstanding pending, asample answers 429 with
     Retry-After; a duplicate of an existing sample still gets its future."""
@@ -245,6 +250,7 @@ def test_backpressure_429(upstream):
         api.close()
 
 
+@pytest.mark.slow
 def test_shutdown_answers_held_polls(upstream):
     """SIGTERM while a poll is held: the poll is answered (try_again) and the server exits."""
     with start_server(upstream.url, "--poll-hold", "25", "--shutdown-timeout", "5") as server:

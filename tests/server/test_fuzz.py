@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from tests.server.test_hostile import ALL_ROUTES, SMALL, Connection
 from tests.support.server import start_server, start_upstream
 
+pytestmark = pytest.mark.slow
+
 FIELDS = (
     "request_id",
     "session_id",

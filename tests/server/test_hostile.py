@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.server import API_KEY, start_server, start_upstream
 
+pytestmark = pytest.mark.heavy
+
 SMALL = 4096  # every error response is shorter than this
 HOT = ("/api/v1/asample", "/api/v1/retrieve_future", "/api/v1/retrieve_futures")
 FASTAPI_ROUTES = (
@@ -221,6 +223,7 @@ def _peak_rss_kib(pid: int) -> int:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+@pytest.mark.slow
 def test_concurrent_huge_junk_is_refused_with_bounded_memory():
     """16 concurrent 30 MiB junk requests (the issue's case): all short 4xx; peak RSS grows by
     less than 600 MB; a sample still completes afterwards."""

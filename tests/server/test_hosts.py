@@ -57,6 +57,7 @@ def _why_no_namespaces() -> str | None:
 
 WHY = _why_no_namespaces()
 pytestmark = [
+    pytest.mark.heavy,
     pytest.mark.skipif(WHY is not None, reason=WHY or ""),
     pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT),
 ]
@@ -141,6 +142,7 @@ def _serve(net: Network, host: str, store_url: str, router_url: str) -> Process:
 
 
 @pytest.mark.parametrize("engine", engines.params())
+@pytest.mark.slow
 def test_a_host_killed_mid_load_loses_no_sample(network: Network, engine: str) -> None:
     """240 samples over two hosts (2 server processes each) on one store; when half were
     accepted, every process of host a is SIGKILLed. Every sample completes with its tokens

@@ -21,6 +21,8 @@ import pytest
 
 from tests.support.server import start_server
 
+pytestmark = pytest.mark.heavy
+
 SMALL = 4096
 
 
@@ -90,6 +92,7 @@ def _refused(answer: bytes, status: bytes, flag: str) -> dict:
 
 
 @pytest.mark.parametrize("size", [5000, 100 << 10, 1 << 20, 16 << 20])
+@pytest.mark.slow
 def test_a_header_over_the_limit_gets_431(server, size):
     """One header of `size` bytes (5 KB to 16 MB): 431, read by the client in full."""
     answer = exchange(server, head(b"X-Big: " + b"a" * size + b"\r\n"))
@@ -210,6 +213,7 @@ class _Transport:
     def resume_reading(self) -> None: ...
 
 
+@pytest.mark.slow
 def test_a_timer_that_fires_late_gives_the_request_a_turn():
     """In-process: the loop stalls 1.5 s past a head's deadline, and the head's last bytes
     were there meanwhile (delivered, as uvloop reads them, after the late timer): the timer

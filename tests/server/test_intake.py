@@ -14,6 +14,8 @@ import pytest
 from impl.server.intake import Intake
 from tests.support.server import API_KEY, Api, start_server
 
+pytestmark = pytest.mark.heavy
+
 
 async def _turns_of(
     intake: Intake, count: int, *, cancel: int | None = None, finishing: bool = False
@@ -117,6 +119,7 @@ def _request(path: str, body: bytes, port: int, accept: str = "") -> bytes:
     return head.encode() + body
 
 
+@pytest.mark.slow
 def test_a_fetch_is_answered_while_a_burst_of_asamples_waits_its_turns(upstream):
     """A fetch, 200 asamples and another fetch of a finished result, written at once on 202
     open connections to a server admitting 2 asamples per turn while results go out: the last

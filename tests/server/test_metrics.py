@@ -26,6 +26,8 @@ from tests.support.fake_vllm import (
 )
 from tests.support.server import Api, start_server
 
+pytestmark = pytest.mark.heavy
+
 parser = pytest.importorskip(
     "prometheus_client.parser", reason="needs prometheus-client: pip install 'hotpath[server]'"
 )
@@ -65,6 +67,7 @@ def _sample(api: Api, ssid: str, seq_id: int, proto: bool) -> int:
     return api.result(request_id, proto=proto).status_code
 
 
+@pytest.mark.slow
 def test_figures_move_under_a_small_load(server, api):
     """24 samples (16 protobuf, 8 JSON polls) while another thread scrapes: every count moves
     by what the load did, and no counter ever goes down between scrapes."""
@@ -334,6 +337,7 @@ def test_every_dashboard_panel_queries_metrics_the_server_exports(server, api):
 # -- several processes -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_processes_sharing_a_multiprocess_dir_are_scraped_as_one(upstream, tmp_path):
     """prometheus-client's multiprocess mode: either process's /metrics sums both."""
     env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}

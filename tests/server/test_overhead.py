@@ -11,6 +11,8 @@ import pytest
 
 from impl.bench.server import ROUTES, measure
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc schedstat")
 def test_hot_routes_cost_about_a_bare_starlette_route():

@@ -24,6 +24,8 @@ from impl.harness.procs import free_port
 from impl.server.starting import Starting, listening_socket
 from tests.support.server import Api, start_server
 
+pytestmark = pytest.mark.heavy
+
 
 def test_probes_on_a_ready_server(upstream):
     with start_server(upstream.url) as server, httpx.Client(base_url=server.url) as http:
@@ -37,6 +39,7 @@ def test_probes_on_a_ready_server(upstream):
         assert "503" in paths["/readyz"]["get"]["responses"]
 
 
+@pytest.mark.slow
 def test_readyz_is_503_while_draining_after_sigterm(upstream):
     """--drain-delay 3: after SIGTERM /readyz answers 503 (draining) while the server still
     serves everything else, then it exits."""
@@ -104,6 +107,7 @@ def test_the_start_up_responder():
     sock.close()
 
 
+@pytest.mark.slow
 def test_readyz_is_503_while_picks_calibrate(upstream):
     """Nothing measured here, calibration on: the port answers from the start (no refused
     connection), /readyz 503 "starting" while the picks calibrate, then 200 once it serves."""
@@ -147,6 +151,7 @@ def test_probe_flags_are_checked(flag):
         Settings(**{name: -1})
 
 
+@pytest.mark.slow
 def test_livez_answered_by_the_protocol_keeps_http_semantics(upstream):
     """GET /livez (answered as soon as its head is parsed, impl/server/protocol.py): several on
     one kept-alive connection, then one with `Connection: close` (closed after it), HTTP/1.0

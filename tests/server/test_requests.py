@@ -13,6 +13,8 @@ from schemathesis import GenerationMode
 from impl.accesslog._common import parse_line
 from tests.support.server import API_KEY, Api, start_server, start_upstream
 
+pytestmark = pytest.mark.heavy
+
 PROMPT = {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]}
 
 
@@ -149,6 +151,7 @@ def api_schema(server):
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 @pytest.mark.parametrize("path", SCHEMA_PATHS)
+@pytest.mark.slow
 def test_openapi_schema_conformance(api_schema, path, mode):
     """Generated bodies that fit the schema and bodies that do not: never a 5xx, always a
     documented status with a documented shape, invalid data rejected with a 4xx.

@@ -27,6 +27,8 @@ tinker = pytest.importorskip(
 )
 from tinker import types  # noqa: E402
 
+pytestmark = pytest.mark.heavy
+
 os.environ.setdefault("TINKER_TELEMETRY", "0")
 
 CASES = [  # (n, prompt_logprobs, topk_prompt_logprobs)
@@ -135,6 +137,7 @@ def _check(
 
 
 @pytest.mark.parametrize(("n", "prompt_logprobs", "topk"), CASES)
+@pytest.mark.slow
 def test_sdk_sample_sync(stack, sampler, n, prompt_logprobs, topk):
     """`SamplingClient.sample(...).result()` gets exactly the upstream's tokens and logprobs."""
     upstream, _ = stack

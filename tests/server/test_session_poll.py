@@ -15,6 +15,8 @@ import pytest
 from tests.support.fake_vllm import DELAY_BASE, SEED_500_ALWAYS
 from tests.support.server import Api, grown, start_server
 
+pytestmark = pytest.mark.heavy
+
 POLL = "/api/v1/retrieve_futures"
 
 
@@ -52,6 +54,7 @@ def _poll(api: Api, ssid: str, cursor: int = 0, *, clone: int = 0, **fields):
     return api.post(POLL, body)
 
 
+@pytest.mark.slow
 def test_client_config_advertises_the_session_protocol(api, upstream):
     config = api.post("/api/v1/client/config", {"sdk_version": "0.38.0"}).json()
     assert config["sample_use_retrieve_futures"] is True

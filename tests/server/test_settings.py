@@ -102,6 +102,7 @@ def test_serve_help_explains_every_option():
         assert env_name(field.name) in out
 
 
+@pytest.mark.heavy
 def test_bad_implementation_name_fails_at_startup():
     done = subprocess.run(
         [sys.executable, "-m", "impl.cli", "serve", "--port", "0", "--decode", "nope"],
@@ -143,6 +144,7 @@ def test_picks_has_one_field_per_family():
     assert tuple(f.name for f in dataclasses.fields(picks.Picks)) == registry.families()
 
 
+@pytest.mark.heavy
 def test_start_up_calibration_measures_and_leaves_out_a_wrong_result(no_measurements, monkeypatch):
     """With nothing recorded, decode, encode and the access log are picked by a calibration."""
     chosen = picks.choose(Settings())

@@ -14,6 +14,8 @@ import pytest
 from tests.support import fake_vllm as fake
 from tests.support.server import Api, start_server, start_upstream
 
+pytestmark = pytest.mark.heavy
+
 BAD = [  # (seed, words the failure message must contain, forwards the upstream must see)
     pytest.param(fake.SEED_HTML, ["unreadable", "Welcome to nginx"], 1, id="html-with-200"),
     pytest.param(fake.SEED_TRUNCATED, ["unreadable"], 1, id="truncated-json"),

@@ -35,6 +35,8 @@ from tests.support.params import family_params
 from tests.support.server import Api, start_upstream
 from tests.support.wait import until
 
+pytestmark = pytest.mark.heavy
+
 POOL = next(name for name in PREFERENCE if registry.unavailable_reason("pool", name) is None)
 PROMPT = [128000, 7, 8, 9, 10, 11]
 GOOD = [  # (n, max_tokens, top-k prompt logprobs or None for none, seed)
@@ -263,6 +265,7 @@ def test_a_killed_server_leaves_no_fetch_process(upstream):
         _exit(pids)  # each reads EOF on its socket and exits
 
 
+@pytest.mark.slow
 def test_loadtest_compares_fetch_with_decode_processes(tmp_path, capsys):
     """`hotpath loadtest --compare processes`: both designs, same implementations, exact results;
     bodies of 16384 tokens (expected ~1.5 MiB) go to the fetch processes."""

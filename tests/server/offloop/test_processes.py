@@ -30,6 +30,8 @@ from tests.support.params import family_params
 from tests.support.server import Api, start_server, start_upstream
 from tests.support.wait import until
 
+pytestmark = pytest.mark.heavy
+
 REFERENCE_DECODER = registry.create("decode", registry.reference("decode"))
 REFERENCE_ENCODER = registry.create("encode", registry.reference("encode"))
 CASES = [c for c in decode_corpus.valid_cases(large=False) if "-t" in c.id][:8]
@@ -229,6 +231,7 @@ def _offloop_server(upstream_url: str, *extra: str, design: str = "processes", c
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_killed_decode_process_fails_only_its_sample_and_is_replaced():
     with start_upstream() as upstream, _offloop_server(upstream.url) as server:
         api = Api(server.url)

@@ -15,6 +15,8 @@ from impl.server.store.completions import CLONE_BLOCK, PAUSE_FLOOR, hold_for, ta
 from impl.server.store.memory import MemoryStore
 from impl.server.store.redis import embedded
 
+pytestmark = pytest.mark.heavy
+
 SS = "session-x:sample:0"
 TARGET = (SS, 0)
 NEEDS_ENGINE = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)

@@ -18,7 +18,10 @@ from impl.server.store.redis.store import RedisStore
 from tests.support import engines
 from tests.support.server import Api, start_server
 
-pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
+pytestmark = [
+    pytest.mark.heavy,
+    pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT),
+]
 FULL_AT = 8 << 20  # the engine's maxmemory in these tests
 PAYLOAD = 512 << 10
 DELAY_BASE = 800_000_000  # tests/support/fake_vllm.py: seed DELAY_BASE + ms answers after ms
@@ -103,6 +106,7 @@ def _sample(api: Api, ssid: str, seq: int, max_tokens: int):
     return api.asample(ssid, seq, seed=DELAY_BASE + seq, max_tokens=max_tokens)
 
 
+@pytest.mark.slow
 def test_asample_answers_503_when_the_engine_is_full_and_nothing_is_lost(upstream):
     """A real server on a 4 MiB engine (--max-result-bytes far above it): 16 results of
     ~256 KiB, not fetched, fill it (the finishes that do not fit wait), then small samples until
@@ -158,6 +162,7 @@ def test_asample_answers_503_when_the_engine_is_full_and_nothing_is_lost(upstrea
         server.stop()
 
 
+@pytest.mark.slow
 def test_asample_answers_429_at_max_result_bytes_before_the_engine_fills(upstream):
     """--max-result-bytes below the engine's room: asample answers 429 once the results stored
     in the shared store reach it (the engine never refuses), and the results are served."""
@@ -189,6 +194,7 @@ def test_asample_answers_429_at_max_result_bytes_before_the_engine_fills(upstrea
         server.stop()
 
 
+@pytest.mark.slow
 def test_the_embedded_store_is_capped_from_max_result_bytes(upstream):
     """`--store embedded --max-result-bytes N`: the engine runs with maxmemory =
     embedded.maxmemory(N) (N plus a quarter, at least 256 MiB more) and noeviction."""

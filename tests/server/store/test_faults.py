@@ -30,7 +30,10 @@ from impl.server.store.redis import embedded
 from impl.server.store.redis.pipeline import AutoPipeline, settled
 from impl.server.store.redis.store import RedisStore
 
-pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
+pytestmark = [
+    pytest.mark.heavy,
+    pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT),
+]
 
 
 def _store_calls(api: Api, session_id: str, ssid: str, request_id: str):
@@ -63,6 +66,7 @@ def _store_calls(api: Api, session_id: str, ssid: str, request_id: str):
     ]
 
 
+@pytest.mark.slow
 def test_every_store_route_answers_503_json_while_the_store_is_killed(upstream, tmp_path):
     """kill -9 of the engine: each route answers 503 + Retry-After in the one error shape;
     /readyz 503 and /livez 200 meanwhile; when it is started again (same data), every route

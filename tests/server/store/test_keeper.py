@@ -20,7 +20,10 @@ import redis
 from impl.server.store.redis import embedded
 from impl.server.store.redis.keeper import Keeper, status_of
 
-pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
+pytestmark = [
+    pytest.mark.heavy,
+    pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT),
+]
 
 
 def _gone(pid: int) -> bool:

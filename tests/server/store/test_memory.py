@@ -68,6 +68,7 @@ def test_wait_returns_on_completion_or_timeout():
     run(go())
 
 
+@pytest.mark.heavy
 def test_delivery_starts_the_retrieved_clock_and_sweep_frees_bytes():
     async def go():
         s = _store(completed_ttl=0.2, retrieved_ttl=0.05)
@@ -90,6 +91,7 @@ def test_delivery_starts_the_retrieved_clock_and_sweep_frees_bytes():
     run(go())
 
 
+@pytest.mark.heavy
 def test_a_delivered_key_answers_late_duplicates_until_dedup_ttl():
     """An asample the server reaches after the result was delivered and evicted gets the same
     request_id (its poll then 404s) instead of a second generation; after dedup_ttl it is gone."""

@@ -27,7 +27,10 @@ from impl.server.store.redis import embedded
 from impl.server.store.redis.store import RedisStore
 from impl.workloads import synthetic
 
-pytestmark = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
+pytestmark = [
+    pytest.mark.heavy,
+    pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT),
+]
 DELAY_BASE = 800_000_000  # tests/support/fake_vllm.py: seed DELAY_BASE + ms answers after ms
 
 
@@ -210,6 +213,7 @@ def _check(response, seed: int) -> None:
     assert got.tolist() == list(_expected(seed).tokens)
 
 
+@pytest.mark.slow
 def test_two_servers_on_one_store_answer_each_others_calls(engine, upstream):
     prefix = f"h{uuid.uuid4().hex[:8]}:"
     args = ("--store", engine.url, "--store-prefix", prefix)
@@ -245,6 +249,7 @@ def _poll(api: Api, ssid: str, cursor: int, **fields):
     return reply.json()
 
 
+@pytest.mark.slow
 def test_a_session_cursor_continues_on_another_process_and_after_a_restart(engine, upstream):
     """asample on one server, retrieve_futures on the other: the cursor one handed out
     continues on the other, a held poll there answers when the first completes a sample, an
@@ -326,6 +331,7 @@ def _retrying(call, deadline: float = 60.0):
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_workers_share_one_port_and_survive_the_loss_of_one(upstream):
     """--workers 2 with no --store: an embedded redis-server; one worker is killed (SIGKILL)
     while forwards are in flight and every sample still completes, exactly."""
@@ -404,6 +410,7 @@ def test_while_the_store_is_away_calls_get_503_and_nothing_accepted_is_lost(upst
         engine.stop()
 
 
+@pytest.mark.slow
 def test_results_and_pending_samples_survive_a_restart_of_the_server(engine, upstream):
     """Stop the only server (SIGTERM) with one sample done and one still forwarding; a new
     server on the same store serves the first and takes the second over (its lease released)."""
@@ -427,6 +434,7 @@ def test_results_and_pending_samples_survive_a_restart_of_the_server(engine, ups
             api.close()
 
 
+@pytest.mark.slow
 def test_loadtest_kills_one_worker_and_reports_every_sample(tmp_path, capsys):
     """`hotpath loadtest --server-workers 2 --kill-one-at`: the victim and the takeovers are in
     the report, and every sample completed exactly; `--compare memory` runs one process first."""
@@ -457,6 +465,7 @@ def test_loadtest_kills_one_worker_and_reports_every_sample(tmp_path, capsys):
     assert "kill-one-at" in out
 
 
+@pytest.mark.slow
 def test_workers_and_the_embedded_store_stop_when_the_supervisor_is_killed(upstream):
     """SIGKILL of the supervisor leaves no worker or redis-server behind (parent-death signal)."""
     import psutil
