@@ -31,6 +31,7 @@ from impl.server import limits as limits_module
 from impl.server import offloop, routes
 from impl.server import picks as picks_module
 from impl.server.baseline import BaselineStore
+from impl.server.callers import Callers
 from impl.server.forward import BodyBudget, ForwardRunner
 from impl.server.intake import Intake
 from impl.server.limits import Limits
@@ -201,7 +202,13 @@ async def lifespan(
     state.retry_after = str(settings.retry_after).encode()
     state.limits = Limits.from_settings(settings)
     state.intake = Intake(0 if settings.baseline else settings.intake_per_turn)
+    state.callers = Callers(
+        settings.api_keys,
+        max_outstanding=settings.max_outstanding,
+        per_key=settings.max_outstanding_per_key,
+    )
     await store.open()
+    state.callers.start()
     state.lag.start()
     state.gc.start()
     sync = None
@@ -221,6 +228,7 @@ async def lifespan(
             metrics.close()
         state.gc.stop()
         state.lag.stop()
+        state.callers.stop()
         store.close()  # wakes held polls
         await forwards.aclose()  # a shared store hands unfinished forwards over
         await store.aclose()
