@@ -204,9 +204,9 @@ def server_step(route: str) -> Call:
       call either way).
     - Off-loop decode workers are processes watched by threads that wake the loop: the app
       decodes inline (bodies this small are decoded inline by every design).
-    - The ids the server hands out are random bytes (`os.urandom`, `impl.server.ids`), so
-      they hash differently and dict probes differ: here `os.urandom` is a seeded generator
-      for the whole step (each id still distinct, the same ones in every process).
+    - The ids the server hands out are random bytes (`impl.server.ids`), so they hash
+      differently and dict probes differ: while the app is built and during each call they
+      come from one seeded generator (each id still distinct, the same ones in every process).
     """
     import functools
 
@@ -214,10 +214,16 @@ def server_step(route: str) -> Call:
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    os.urandom = random.Random(0).randbytes  # repeatable ids, this measuring process only
-    app = hotpath_app(offloop="inline")
-    lifespan = app.router.lifespan_context(app)
-    state = loop.run_until_complete(lifespan.__aenter__())
+    from impl.server import ids
+
+    seeded, system = random.Random(0).randbytes, ids.random_bytes
+    ids.random_bytes = seeded  # repeatable ids; restored after each use
+    try:
+        app = hotpath_app(offloop="inline")
+        lifespan = app.router.lifespan_context(app)
+        state = loop.run_until_complete(lifespan.__aenter__())
+    finally:
+        ids.random_bytes = system
     loop.time = functools.partial(float, loop.time())  # type: ignore[method-assign]
     server = state["server"]
     server.lag.stop()
@@ -244,7 +250,11 @@ def server_step(route: str) -> Call:
         path, expected = "/api/v1/retrieve_future", b'{"type":"try_again"}'
 
     def call() -> object:
-        status, answer = client.post_bytes(path, next(requests))
+        ids.random_bytes = seeded
+        try:
+            status, answer = client.post_bytes(path, next(requests))
+        finally:
+            ids.random_bytes = system
         if status != 200 or expected not in answer:
             raise AssertionError(f"{path}: {status} {answer[:200]!r}")
         return answer

@@ -4,7 +4,7 @@ An id is 128 random bits (16 bytes from `os.urandom`, URL-safe base64 without pa
 characters of `A-Z a-z 0-9 - _`), so one caller's id says nothing about any other id, and a
 caller cannot reach another caller's futures by guessing (each is also owned by its caller's
 NAME: `impl.server.callers`). They contain no space, `:` or NUL, the separators the stores'
-keys and log entries use. `os.urandom` is looked up at each call, so a measurement can make
+keys and log entries use. `random_bytes` is looked up at each call, so a measurement can make
 the ids repeatable (`impl.ci.icount_steps`).
 """
 
@@ -17,6 +17,10 @@ import os
 BYTES = 16
 
 
+#: where the bytes come from
+random_bytes = os.urandom
+
+
 def new_id() -> str:
     """A fresh id of BYTES random bytes (what `secrets.token_urlsafe(BYTES)` returns)."""
-    return base64.urlsafe_b64encode(os.urandom(BYTES)).rstrip(b"=").decode("ascii")
+    return base64.urlsafe_b64encode(random_bytes(BYTES)).rstrip(b"=").decode("ascii")

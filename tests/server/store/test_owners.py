@@ -176,6 +176,7 @@ def test_shared_sessions_answer_another_owner_as_unknown(engine):
 
 def test_ids_never_count():
     """Consecutive ids share no prefix a counter would leave (and os.urandom is their source)."""
+    from impl.server import ids as id_module
     from impl.server.ids import new_id
 
     ids = [new_id() for _ in range(200)]
@@ -185,9 +186,9 @@ def test_ids_never_count():
         for x, y in itertools.pairwise(ids)
     ]
     assert max(shared) < 6  # 6 equal base64 characters in a row: 1 in 2**36 per pair
-    zeros = os.urandom
+    assert id_module.random_bytes is os.urandom
     try:
-        os.urandom = lambda n: bytes(n)
-        assert new_id() == "A" * 22  # the bytes are os.urandom's, read at each call
+        id_module.random_bytes = bytes
+        assert new_id() == "A" * 22  # the bytes come from random_bytes, read at each call
     finally:
-        os.urandom = zeros
+        id_module.random_bytes = os.urandom
