@@ -17,10 +17,13 @@ from typing import Any, NamedTuple
 
 #: The message uvicorn's HTTP protocols pass to `access_logger.info`.
 ACCESS_MESSAGE = '%s - "%s %s HTTP/%s" %d'
+#: The same with the caller's NAME after the dash (`impl.server.callers.NameInAccessLog`).
+NAMED_MESSAGE = '%s - %s "%s %s HTTP/%s" %d'
 ACCESS_LOGGER = "uvicorn.access"
 
 _LINE = re.compile(
-    r'(?P<client>\S*) - "(?P<method>\S+) (?P<path>\S+) HTTP/(?P<version>[0-9.]+)" (?P<status>\d{3})'
+    r'(?P<client>\S*) - (?:(?P<caller>[^\s"]+) )?"(?P<method>\S+) (?P<path>\S+) '
+    r'HTTP/(?P<version>[0-9.]+)" (?P<status>\d{3})'
 )
 
 
@@ -32,6 +35,8 @@ class Facts(NamedTuple):
     path: str
     http_version: str
     status: int
+    #: the caller's NAME where the server notes it (`-`: no caller, or not noted)
+    caller: str = "-"
 
 
 def access_record(
@@ -62,7 +67,12 @@ def parse_line(line: str) -> Facts | None:
     if match is None:
         return None
     return Facts(
-        match["client"], match["method"], match["path"], match["version"], int(match["status"])
+        match["client"],
+        match["method"],
+        match["path"],
+        match["version"],
+        int(match["status"]),
+        match["caller"] or "-",
     )
 
 

@@ -31,6 +31,7 @@ import asyncio
 import gc
 import json
 import os
+import random
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -203,8 +204,9 @@ def server_step(route: str) -> Call:
       call either way).
     - Off-loop decode workers are processes watched by threads that wake the loop: the app
       decodes inline (bodies this small are decoded inline by every design).
-    - The store's and the sessions' id prefixes are random bytes (`os.urandom`), so the ids
-      hash differently and dict probes differ: the prefixes are zero bytes here.
+    - The ids the server hands out are random bytes (`impl.server.ids`), so they hash
+      differently and dict probes differ: while the app is built and during each call they
+      come from one seeded generator (each id still distinct, the same ones in every process).
     """
     import functools
 
@@ -212,13 +214,16 @@ def server_step(route: str) -> Call:
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    urandom, os.urandom = os.urandom, lambda n: bytes(n)  # fixed id prefixes, this process only
+    from impl.server import ids
+
+    seeded, system = random.Random(0).randbytes, ids.random_bytes
+    ids.random_bytes = seeded  # repeatable ids; restored after each use
     try:
         app = hotpath_app(offloop="inline")
         lifespan = app.router.lifespan_context(app)
         state = loop.run_until_complete(lifespan.__aenter__())
     finally:
-        os.urandom = urandom
+        ids.random_bytes = system
     loop.time = functools.partial(float, loop.time())  # type: ignore[method-assign]
     server = state["server"]
     server.lag.stop()
@@ -245,7 +250,11 @@ def server_step(route: str) -> Call:
         path, expected = "/api/v1/retrieve_future", b'{"type":"try_again"}'
 
     def call() -> object:
-        status, answer = client.post_bytes(path, next(requests))
+        ids.random_bytes = seeded
+        try:
+            status, answer = client.post_bytes(path, next(requests))
+        finally:
+            ids.random_bytes = system
         if status != 200 or expected not in answer:
             raise AssertionError(f"{path}: {status} {answer[:200]!r}")
         return answer

@@ -240,7 +240,9 @@ async def _in_process(count: int, rounds: int) -> dict[str, Any]:
         context = app.router.lifespan_context(app)
         state = await context.__aenter__()
         server = state["server"]
-        ssid = await server.sessions.create_sampling(await server.sessions.create(), 0, "bench")
+        owner = server.callers.identify(b"tml-bench").name  # the key its requests carry
+        session = await server.sessions.create(owner)
+        ssid = await server.sessions.create_sampling(session, 0, "bench", owner)
         body = await _asgi(app, state, "/api/v1/asample", _body(ssid, 10**9))
         poll = orjson.dumps({"request_id": orjson.loads(body)["request_id"]})
         sides[metrics] = (app, state, context, ssid, poll)

@@ -32,6 +32,7 @@ from impl.server import offloop, routes
 from impl.server import picks as picks_module
 from impl.server.baseline import BaselineStore
 from impl.server.budget import BodyBudget
+from impl.server.callers import Callers
 from impl.server.forward import ForwardRunner
 from impl.server.intake import Intake
 from impl.server.limits import Limits
@@ -202,7 +203,13 @@ async def lifespan(
     state.retry_after = str(settings.retry_after).encode()
     state.limits = Limits.from_settings(settings)
     state.intake = Intake(0 if settings.baseline else settings.intake_per_turn)
+    state.callers = Callers(
+        settings.api_keys,
+        max_outstanding=settings.max_outstanding,
+        per_key=settings.max_outstanding_per_key,
+    )
     await store.open()
+    state.callers.start()
     state.lag.start()
     state.gc.start()
     sync = None
@@ -222,6 +229,7 @@ async def lifespan(
             metrics.close()
         state.gc.stop()
         state.lag.stop()
+        state.callers.stop()
         store.close()  # wakes held polls
         await forwards.aclose()  # a shared store hands unfinished forwards over
         await store.aclose()

@@ -4,8 +4,10 @@ Every option is also an environment variable (`--poll-hold` = `HOTPATH_POLL_HOLD
 Each family's implementation is picked at start-up (explicit flag or variable, else measurements
 recorded by `hotpath bench` here, else a short calibration, else a fixed preference order) and
 logged with the reason; `GET /healthz` shows the picks, the store, the answering process,
-event-loop lag and GC pauses. `--workers N` runs N processes on one port and one shared store
-(Redis/Valkey; with no `--store`, a redis-server it starts, keeps running and stops itself).
+event-loop lag and GC pauses. Who may sample is `--api-keys FILE` (`impl.server.callers`;
+without it any `tml-` key, on loopback only unless `--allow-any-key`). `--workers N` runs N
+processes on one port and one shared store (Redis/Valkey; with no `--store`, a redis-server it
+starts, keeps running and stops itself).
 
 It listens before it picks and starts the app: meanwhile `impl.server.starting` answers
 `/livez` 200 and everything else 503 on that socket, then uvicorn takes the same socket over
@@ -78,7 +80,37 @@ def uvicorn_config(settings: settings_module.Settings, picks: Picks) -> uvicorn.
     # --log-level governs uvicorn's own messages; the access log is the picked handler's.
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).setLevel(settings.log_level.upper())
+    if picks.accesslog.name != "null":  # each line names its caller (never the key)
+        from impl.server.callers import NameInAccessLog
+
+        logging.getLogger("uvicorn.access").addFilter(NameInAccessLog())
     return config
+
+
+def announce_callers(settings: settings_module.Settings) -> bool:
+    """Log who may sample (the start-up line of the key check); False, the reason printed, when
+    the --api-keys file cannot be read or does not parse."""
+    from impl.server import keyfile
+
+    if settings.api_keys is None:
+        where = "--allow-any-key" if settings.allow_any_key else f"loopback only ({settings.host})"
+        log.warning(
+            "no --api-keys: any X-API-Key starting with 'tml-' may sample, each key a caller of "
+            "its own (%s)",
+            where,
+        )
+        return True
+    try:
+        names = keyfile.load(settings.api_keys)
+    except keyfile.KeyFileError as exc:
+        print(f"hotpath serve: --api-keys: {exc}", file=sys.stderr)
+        return False
+    log.info(
+        "--api-keys %s: %d callers may sample (SIGHUP or a change of the file reloads it)",
+        settings.api_keys,
+        len(set(names.values())),
+    )
+    return True
 
 
 def tune_runtime(settings: settings_module.Settings, accesslog: str) -> None:
@@ -178,6 +210,11 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s"
     )
+    from impl.server.callers import install_sighup
+
+    install_sighup()  # before anything slow: a SIGHUP reloads the key file, never ends us
+    if settings.worker_index == 0 and not settings.reuse_port and not announce_callers(settings):
+        return 2
     limit = somaxconn()
     if limit is not None and settings.backlog > limit:
         log.warning(

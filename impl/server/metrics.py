@@ -10,7 +10,12 @@ What is exported (prefix `hotpath_`; `prometheus-client`'s text format):
   to the last byte handed to the client; `implementation` is the format: protobuf or json).
 - store gauges (`store_records{state}`, `store_stored_bytes`, `store_outstanding`,
   `forwards_in_flight`) and counters (`store_*_total`: submitted, dedup hits, late duplicates,
-  completed, failed, delivered, evictions; `backpressure_rejections_total{limit}`: the 429s).
+  completed, failed, delivered, evictions; `backpressure_rejections_total{limit}`: the 429s,
+  `limit` outstanding, bytes or share: a caller's share, `impl.server.callers`).
+- per caller, labelled by the NAME the `--api-keys` file gives (`*`: every open-mode key, so
+  the label set is the file's): `caller_requests_total{caller}` (requests with a valid key,
+  each process its own), `caller_rejections_total{caller}` (its asamples answered 429, for
+  any limit) and `caller_outstanding{caller}` (its samples pending).
 - `store_unavailable_total{op}`: calls of this process that failed, or were refused at once,
   while the shared store was away (`impl.server.store.redis.health`), by store operation;
   `store_available` (1, or 0 while away or silent); `http_refused_total{reason}`: connections
@@ -67,6 +72,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from impl.server.callers import OPEN_LABEL
 from impl.server.protocol import REASONS as HTTP_REFUSALS
 from impl.server.store.held import KINDS, REASONS
 from impl.server.tallies import Mirror, Tally
@@ -193,7 +199,21 @@ class Metrics:
             ("limit",),
             registry=reg,
         )
-        self._rejections = {k: rejections.labels(k) for k in ("outstanding", "bytes")}
+        self._rejections = {k: rejections.labels(k) for k in ("outstanding", "bytes", "share")}
+        self._callers = {
+            kind: Mirror(Counter(f"hotpath_caller_{kind}", text, ("caller",), registry=reg))
+            for kind, text in (
+                ("requests", "Requests with a valid API key, by caller NAME (* : open-mode keys)"),
+                ("rejections", "asample answered 429 (any limit), by caller NAME"),
+            )
+        }
+        self._caller_outstanding = Gauge(
+            "hotpath_caller_outstanding",
+            "Samples pending, by caller NAME (* : open-mode keys)",
+            ("caller",),
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
         held = Counter(
             "hotpath_held_polls",
             "Held polls answered, by kind (future, session) and why (impl.server.store.held)",
@@ -304,7 +324,8 @@ class Metrics:
         self._failures.get(kind, self._failures["internal"]).inc()
 
     def rejected(self, reason: str) -> None:
-        self._rejections["bytes" if "bytes" in reason else "outstanding"].inc()
+        kind = "share" if "share" in reason else "bytes" if "bytes" in reason else "outstanding"
+        self._rejections[kind].inc()
 
     def gc_pause(self, generation: int, seconds: float) -> None:
         self._pauses[generation](seconds)
@@ -368,6 +389,9 @@ class Metrics:
                 counter.inc(intake[key] - self._intake_synced[key])
             self._intake_synced[key] = intake[key]
         self._intake_waiting.set(intake["waiting"])
+        callers = state.callers.tallies()  # this process's requests
+        self._callers["requests"].sync({(k,): n for k, (n, _) in callers.items()})
+        self._callers["rejections"].sync({(k,): n for k, (_, n) in callers.items()})
         if state.store.describe()["kind"] != "memory" and state.settings.worker_index != 0:
             return  # a shared store's figures count every process: worker 0 alone exports them
         stats = state.store.stats()
@@ -386,6 +410,17 @@ class Metrics:
         self._gauges["store_stored_bytes"].set(stats.get("stored_bytes", 0))
         self._gauges["store_outstanding"].set(pending)
         self._gauges["sessions"].set(state.sessions.stats().get("sampling_sessions", 0))
+        self._sync_outstanding(state)
+
+    def _sync_outstanding(self, state: Any) -> None:
+        """Each caller's pending samples; the NAMEs removed from the file are set to 0."""
+        owners = state.store.outstanding_by_owner()
+        named = state.callers.named
+        for name in state.callers.known:
+            self._caller_outstanding.labels(name).set(owners.get(name, 0) if name in named else 0)
+        if state.callers.open:
+            anonymous = sum(n for owner, n in owners.items() if owner not in named)
+            self._caller_outstanding.labels(OPEN_LABEL).set(anonymous)
 
     def close(self) -> None:
         """In multiprocess mode, drop this process's live gauges (it no longer serves)."""

@@ -8,6 +8,7 @@ instance exists at import: `hotpath serve` builds one with `from_args`, tests wi
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -157,6 +158,26 @@ class Settings:
     )
     max_outstanding: int = _opt(131072, "pending samples beyond which asample answers 429")
     max_result_bytes: int = _opt(4 << 30, "stored result bytes beyond which asample answers 429")
+    # -- who may sample (impl/server/callers.py, impl/server/keyfile.py) --------------------
+    api_keys: str | None = _opt(
+        None,
+        "file of the callers who may sample, one 'NAME KEY' or 'NAME sha256:HEX' per line (# "
+        "comments); read again on SIGHUP and when it changes. Without it any X-API-Key "
+        "starting with 'tml-' is accepted, on loopback only (see --allow-any-key)",
+        flag_type=str,
+    )
+    allow_any_key: bool = _opt(
+        False,
+        "without --api-keys, accept any X-API-Key starting with 'tml-' even when --host listens "
+        "beyond loopback (each key is then a caller of its own)",
+    )
+    max_outstanding_per_key: int | None = _opt(
+        None,
+        "pending samples beyond which one caller's asample answers 429 while others still get "
+        "in (default: half of --max-outstanding, all of it when --api-keys names one caller; "
+        "no share without --api-keys)",
+        flag_type=int,
+    )
     retry_after: int = _opt(1, "seconds in the Retry-After header of a 429")
     sample_max_concurrent_requests: int = _opt(
         2000, "client/config's cap on each SDK client's in-flight samples"
@@ -319,6 +340,23 @@ class Settings:
         if not self.router_url.startswith(("http://", "https://")):
             raise ValueError(f"router_url must be an http(s) URL, got {self.router_url!r}")
         self._check_store()
+        self._check_callers()
+
+    def _check_callers(self) -> None:
+        if self.max_outstanding_per_key is not None and self.max_outstanding_per_key <= 0:
+            raise ValueError(
+                f"max_outstanding_per_key must be > 0, got {self.max_outstanding_per_key!r}"
+            )
+        if self.api_keys is not None and self.allow_any_key:
+            raise ValueError(
+                "--allow-any-key accepts any key only without --api-keys: give one of them"
+            )
+        if self.api_keys is None and not self.allow_any_key and not loopback(self.host):
+            raise ValueError(
+                f"--host {self.host} listens beyond loopback and no --api-keys file says who may "
+                "sample: give --api-keys FILE (or HOTPATH_API_KEYS), or --allow-any-key to "
+                "accept any X-API-Key starting with 'tml-'"
+            )
 
     def _check_store(self) -> None:
         kinds = ("auto", "memory", "embedded")
@@ -366,6 +404,16 @@ class Settings:
     @property
     def completions_url(self) -> str:
         return self.router_url.rstrip("/") + "/v1/completions"
+
+
+def loopback(host: str) -> bool:
+    """True when `host` is a loopback address (127.0.0.0/8, ::1) or `localhost`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 #: URL schemes `--store` accepts (redis-py's).

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from impl.server.callers import Callers
 from impl.server.forward import ForwardRunner
 from impl.server.intake import Intake
 from impl.server.limits import Limits
@@ -144,6 +145,8 @@ class State:
     draining: bool = False
     #: asamples admitted per loop turn (impl.server.intake)
     intake: Intake = field(default_factory=lambda: Intake(0))
+    #: who may sample: each request's caller from its X-API-Key (impl.server.callers)
+    callers: Callers = field(default_factory=lambda: Callers(None, max_outstanding=1 << 62))
 
     def uptime(self) -> float:
         return time.monotonic() - self.started

@@ -12,7 +12,7 @@ across the processes and no process hands sockets to another. Once every child p
 ready line, the supervisor prints its own. A child that exits unexpectedly (kill -9) is logged
 and started again; meanwhile the others answer every call, and the forwards it owned are taken
 over when their lease lapses. SIGTERM or SIGINT stops the children by PID, then the embedded
-store.
+store. SIGHUP is passed on to every child by PID (each reads the `--api-keys` file again).
 """
 
 from __future__ import annotations
@@ -133,6 +133,16 @@ def supervise(settings: Settings) -> int:
     stopping = threading.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in signals}
+    workers: list[Worker] = []
+
+    def hangup(*_: object) -> None:
+        """SIGHUP: every worker reads the key file again (by PID)."""
+        for worker in workers:
+            if worker.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.process.pid, signal.SIGHUP)
+
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, hangup)
     holder = reuse_port_socket(settings.host, settings.port)
     host, port = holder.getsockname()[:2]
     front = reuse_port_socket(host, port)
@@ -140,7 +150,6 @@ def supervise(settings: Settings) -> int:
     starting: Starting | None = Starting(front, "picking the implementations").start()
     store = None
     metrics_dir = None
-    workers: list[Worker] = []
     try:
         picks = choose_or_explain(settings)
         if picks is None:
@@ -159,7 +168,9 @@ def supervise(settings: Settings) -> int:
             settings, port=port, store=store.url if store else settings.store
         )
         starting.why = "starting the worker processes"
-        workers = [Worker(i, child_environment(shared, picks, i)) for i in range(settings.workers)]
+        workers.extend(
+            Worker(i, child_environment(shared, picks, i)) for i in range(settings.workers)
+        )
         if not _await_ready(workers, stopping, timeout=120.0):
             return 3
         starting.stop(drain=True)  # the workers listen: answer what is queued here, then close

@@ -272,14 +272,17 @@ def test_only_gates_one_family():
 
 def test_server_step_freezes_only_what_it_says():
     """The route step: the loop's clock stands still, so no timer is due (none comes due
-    during the calls), and os.urandom (zeroed while the app was built) is restored."""
+    during the calls), and the ids' random source (seeded while the app is built and during
+    each call) is restored."""
     import asyncio
     import os
 
-    urandom = os.urandom
+    from impl.server import ids
+
+    urandom, source = os.urandom, ids.random_bytes
     call = icount_steps.STEPS["retrieve-try-again"]()
     call()
     loop = asyncio.get_event_loop()
-    assert os.urandom is urandom
+    assert os.urandom is urandom and ids.random_bytes is source
     assert loop.time() == loop.time()
     assert not [t for t in loop._scheduled if not t.cancelled() and t.when() <= loop.time()]

@@ -132,6 +132,7 @@ def network(request):
 def _serve(net: Network, host: str, store_url: str, router_url: str) -> Process:
     command = net.command(
         host, sys.executable, "-m", "impl.cli", "serve", "--host", HOSTS[host], "--port", "8000",
+        "--allow-any-key",  # beyond loopback: the client's one tml- key, no key file
         "--router-url", router_url, "--store", store_url, "--workers", "2", "--store-lease", "1",
         "--no-calibrate", "--log-level", "warning",
     )  # fmt: skip

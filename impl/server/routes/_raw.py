@@ -3,8 +3,9 @@
 `RawRoute` is an `APIRoute` (so it appears in the OpenAPI schema with the request and response
 schemas given in `openapi_extra`) whose ASGI app is the raw handler: no dependency solving, no
 pydantic, no JSONResponse. `HotpathApp` in app.py dispatches these paths before the middleware
-stack. The helpers write a complete response, check the API key, and tell whether the client
-is already gone; bodies are read with `impl.server.limits.read_capped` (a per-route cap).
+stack. The helpers write a complete response and tell whether the client is already gone
+(each handler asks `state.callers` who is calling, `impl.server.callers`); bodies are read
+with `impl.server.limits.read_capped` (a per-route cap).
 """
 
 from __future__ import annotations
@@ -21,10 +22,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 JSON = b"application/json"
 PROTOBUF = b"application/x-protobuf"
-API_KEY_MESSAGE = (
-    b'{"detail":"missing or invalid API key: send an X-API-Key header whose value starts '
-    b"with 'tml-'\"}"
-)
 
 
 class RawRoute(APIRoute):
@@ -60,13 +57,6 @@ async def respond(
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-def has_api_key(scope: Scope) -> bool:
-    for name, value in scope["headers"]:
-        if name == b"x-api-key":
-            return value.startswith(b"tml-")
-    return False
 
 
 def header(scope: Scope, wanted: bytes) -> bytes:

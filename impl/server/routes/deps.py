@@ -1,12 +1,14 @@
-"""`Annotated` dependencies of the FastAPI routes: the server state and the API-key check."""
+"""`Annotated` dependencies of the FastAPI routes: the server state and the caller's key check."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
+import orjson
 from fastapi import Body, Depends, Request
 from fastapi.security import APIKeyHeader
 
+from impl.server.callers import Caller
 from impl.server.schemas import ErrorDetail, json_content, ref
 from impl.server.state import State
 
@@ -23,20 +25,21 @@ class ApiError(Exception):
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
 
 
-async def _api_key(key: Annotated[str | None, Depends(_api_key_header)]) -> str:
-    if not key or not key.startswith("tml-"):
-        raise ApiError(
-            401,
-            "missing or invalid API key: send an X-API-Key header whose value starts with 'tml-'",
-        )
-    return key
+async def _caller(request: Request, key: Annotated[str | None, Depends(_api_key_header)]) -> Caller:
+    """The request's caller (`impl.server.callers`), or 401."""
+    callers = request.state.server.callers
+    caller = callers.identify(key.encode("latin-1")) if key else None
+    if caller is None:
+        raise ApiError(401, orjson.loads(callers.rejection)["detail"])
+    return caller
 
 
 async def _state(request: Request) -> State:
     return request.state.server
 
 
-ApiKey = Annotated[str, Depends(_api_key)]
+#: the caller of the request (its NAME owns what the route creates)
+ApiKey = Annotated[Caller, Depends(_caller)]
 #: A JSON object body the route accepts and ignores (telemetry, finish reasons).
 AnyBody = Annotated[dict[str, Any], Body(default_factory=dict)]
 ServerState = Annotated[State, Depends(_state)]

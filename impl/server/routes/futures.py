@@ -10,8 +10,10 @@ Semantics (the store keeps the log, `impl.server.store.completions`): completion
 `prev_cursor` are dropped as seen; the answer carries those after it (`finished` with the
 payload's size, or `failed`) and the new `cursor`; with none, the poll is held up to `timeout`
 (absent: `--poll-hold`; 0: answer at once, the SDK's ack-only poll). `retrieved_request_ids`
-start those results' retrieved-TTL clock. Errors: 404 for an unknown sampling session and 410
-for a cursor this server never handed out (it restarted, losing the session's results): both
+start those results' retrieved-TTL clock. A sampling session, its cursors and its acks belong
+to the caller that created it. Errors: 404 for an unknown (or another caller's) sampling
+session and 410 for a cursor this server never handed out (it restarted, losing the session's
+results): both
 end the SDK's poller, so its waiting samples fail instead of waiting forever; 400/413/422 for
 a bad body, 401 without an API key, 503 with Retry-After while the shared store is away. On
 the shared store the logs live in the engine, so a poll may reach any server process.
@@ -23,15 +25,7 @@ import msgspec
 import orjson
 
 from impl.server import limits, schemas
-from impl.server.routes._raw import (
-    API_KEY_MESSAGE,
-    RawRoute,
-    Receive,
-    Scope,
-    Send,
-    has_api_key,
-    respond,
-)
+from impl.server.routes._raw import RawRoute, Receive, Scope, Send, respond
 from impl.server.routes.sampling import (
     _STORE_DOWN,
     _decode,
@@ -48,11 +42,12 @@ async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     """Long-poll a sampling session's completions after `prev_cursor`: answers
     `{"completions": [...], "cursor"}` as soon as some are there (batched while the session
     has more pending), or an empty list after the hold. `retrieved_request_ids` acknowledge
-    fetched results. 404: unknown sampling session; 410: unknown cursor; 503: the shared store
-    is unreachable."""
-    if not has_api_key(scope):
-        return await respond(send, 401, API_KEY_MESSAGE)
+    fetched results. 404: unknown (or another caller's) sampling session; 410: unknown cursor;
+    503: the shared store is unreachable."""
     state = scope["state"]["server"]
+    caller = state.callers.caller(scope)
+    if caller is None:
+        return await respond(send, 401, state.callers.rejection)
     state.intake.finishing()  # results may be going out: new asamples wait their turn
     cap, flag = state.limits.body_cap("/api/v1/retrieve_futures")
     request = await _decode(_RETRIEVE_FUTURES, scope, receive, send, cap, flag)
@@ -63,7 +58,7 @@ async def retrieve_futures(scope: Scope, receive: Receive, send: Send) -> None:
     problem = state.limits.id_problem("sampling_session_id", session_id)
     if problem is not None:
         return await respond(send, 422, limits.error_body(problem))
-    if await state.sessions.base_model(session_id) is None:
+    if await state.sessions.base_model(session_id, caller.name) is None:
         message = f"unknown sampling_session_id {limits.quote(session_id)}: create it first"
         return await respond(send, 404, limits.error_body(message))
     key = (session_id, target.cloned_sampler_id)

@@ -114,6 +114,7 @@ async def healthz(state: ServerState) -> dict[str, Any]:
             "why_off": state.settings.session_poll_off(),
         },
         "sessions": state.sessions.stats(),
+        "callers": state.callers.describe(),
         "polls": dict(state.polls),
         "held_polls": state.store.held_polls.snapshot(),
         "intake": state.intake.stats(),

@@ -21,7 +21,6 @@ import orjson
 from impl.server import limits, schemas
 from impl.server.job import SampleRejected, build_request
 from impl.server.routes._raw import (
-    API_KEY_MESSAGE,
     JSON,
     PROTOBUF,
     ASGIApp,
@@ -30,7 +29,6 @@ from impl.server.routes._raw import (
     Scope,
     Send,
     client_gone,
-    has_api_key,
     header,
     respond,
 )
@@ -124,10 +122,12 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
     """Submit a sample: answers `request_id` and one `sample_sequence_ids` entry per sample at
     once; the forward to the router runs in the background. A repeated
     `(sampling_session_id, seq_id)` returns the same future. 429 with Retry-After under
-    backpressure; 404 for an unknown sampling session."""
-    if not has_api_key(scope):
-        return await respond(send, 401, API_KEY_MESSAGE)
+    backpressure (the server's room, or the caller's share of it); 404 for an unknown sampling
+    session (or another caller's)."""
     state = scope["state"]["server"]
+    caller = state.callers.caller(scope)
+    if caller is None:
+        return await respond(send, 401, state.callers.rejection)
     await state.intake.turn()  # a burst of submissions waits its turn (impl.server.intake)
     bounds = state.limits
     cap = bounds.asample_body_bytes
@@ -144,7 +144,8 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
             )
     if problem is not None:
         return await respond(send, 422, limits.error_body(problem))
-    model = await state.sessions.base_model(request.sampling_session_id)
+    owner = caller.name
+    model = await state.sessions.base_model(request.sampling_session_id, owner)
     if model is None:
         message = (
             f"unknown sampling_session_id {limits.quote(request.sampling_session_id)}: "
@@ -153,12 +154,13 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
         return await respond(send, 404, limits.error_body(message))
     store = state.store
     key = (request.sampling_session_id, request.seq_id)
-    busy = store.pressure()
+    busy = store.pressure() or state.callers.refusal(caller, store.outstanding_of(owner))
     # A store that deduplicates in `create` is asked first only under pressure (a repeat of an
     # accepted sample is answered even then).
     record = None if store.dedup_on_create and busy is None else await store.lookup(key)
     if record is None:
         if busy is not None:
+            caller.refused += 1
             if state.metrics is not None:
                 state.metrics.rejected(busy)
             return await respond(
@@ -172,7 +174,7 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
         except SampleRejected as exc:
             message = f"invalid request body: {limits.shorten(str(exc))}"
             return await respond(send, 422, limits.error_body(message))
-        record = await store.create(key, request.num_samples, job)
+        record = await store.create(key, request.num_samples, job, owner)
         if record.fresh:  # else another process claimed the key a moment before
             state.forwards.submit(record, job)
     body = orjson.dumps(
@@ -185,10 +187,11 @@ async def asample(scope: Scope, receive: Receive, send: Send) -> None:
 async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
     """Poll a sample's future. Pending: held up to the poll hold, then `{"type": "try_again"}`.
     Done: SampleResponse protobuf for `Accept: application/x-protobuf`, else its JSON form.
-    Failed: 200 `{"error", "category"}`. Unknown or evicted request_id: 404."""
-    if not has_api_key(scope):
-        return await respond(send, 401, API_KEY_MESSAGE)
+    Failed: 200 `{"error", "category"}`. Unknown, evicted or another caller's request_id: 404."""
     state = scope["state"]["server"]
+    caller = state.callers.caller(scope)
+    if caller is None:
+        return await respond(send, 401, state.callers.rejection)
     state.intake.finishing()  # a result may be going out: new asamples wait their turn
     bounds = state.limits
     request = await _decode(
@@ -201,7 +204,7 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
         return await respond(send, 422, limits.error_body(problem))
     store, polls = state.store, state.polls
     record = await store.get(request.request_id)
-    if record is None:
+    if record is None or record.owner != caller.name:  # another's answers as never submitted
         polls["retrieve_future_not_found"] += 1
         message = (
             f"unknown request_id {limits.quote(request.request_id)}: never submitted here, or "

@@ -1,4 +1,7 @@
-"""Sessions and sampling sessions: created before sampling, kept alive by heartbeats."""
+"""Sessions and sampling sessions: created before sampling, kept alive by heartbeats.
+
+Each belongs to the caller that created it: another caller's id answers the same 404 as an id
+that never existed (`impl.server.sessions`)."""
 
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ def _check_ids(state: State, **ids: str) -> None:
 
 @router.post("/create_session")
 async def create_session(
-    request: CreateSessionRequest, __: ApiKey, state: ServerState
+    request: CreateSessionRequest, caller: ApiKey, state: ServerState
 ) -> CreateSessionResponse:
     """A new session id. Tags: at most --max-tags, each at most --max-id-length characters."""
     most = state.limits.max_tags
@@ -61,17 +64,17 @@ async def create_session(
         raise ApiError(422, f"{len(request.tags)} tags; the limit is {most} (--max-tags)")
     for tag in request.tags:
         _check_ids(state, tag=tag)
-    return CreateSessionResponse(session_id=await state.sessions.create())
+    return CreateSessionResponse(session_id=await state.sessions.create(caller.name))
 
 
 @router.post("/create_sampling_session", responses=_UNKNOWN)
 async def create_sampling_session(
-    request: CreateSamplingSessionRequest, _: ApiKey, state: ServerState
+    request: CreateSamplingSessionRequest, caller: ApiKey, state: ServerState
 ) -> CreateSamplingSessionResponse:
     """A sampling session in a session; the same seq id gives the same sampling session id."""
     _check_ids(state, session_id=request.session_id, base_model=request.base_model)
     sampling_id = await state.sessions.create_sampling(
-        request.session_id, request.sampling_session_seq_id, request.base_model
+        request.session_id, request.sampling_session_seq_id, request.base_model, caller.name
     )
     if sampling_id is None:
         raise _unknown(request.session_id)
@@ -80,13 +83,13 @@ async def create_sampling_session(
 
 @router.post("/join_sampling_session", responses={404: error_response("unknown sampling session")})
 async def join_sampling_session(
-    request: JoinSamplingSessionRequest, _: ApiKey, state: ServerState
+    request: JoinSamplingSessionRequest, caller: ApiKey, state: ServerState
 ) -> JoinSamplingSessionResponse:
     """A new client of an existing sampling session (an unpickled SDK SamplingClient) gets its
     own `client_counter` (1, 2, ...; the original client is 0); the SDK numbers that client's
     samples from `client_counter * 1_000_000_000`, so clones never share a seq_id."""
     _check_ids(state, sampling_session_id=request.sampling_session_id)
-    clone = await state.sessions.join(request.sampling_session_id)
+    clone = await state.sessions.join(request.sampling_session_id, caller.name)
     if clone is None:
         raise ApiError(
             404,
@@ -98,21 +101,21 @@ async def join_sampling_session(
 
 @router.post("/session_heartbeat", responses=_UNKNOWN)
 async def session_heartbeat(
-    request: HeartbeatRequest, _: ApiKey, state: ServerState
+    request: HeartbeatRequest, caller: ApiKey, state: ServerState
 ) -> HeartbeatResponse:
     """Keeps a session alive."""
     _check_ids(state, session_id=request.session_id)
-    if not await state.sessions.heartbeat(request.session_id):
+    if not await state.sessions.heartbeat(request.session_id, caller.name):
         raise _unknown(request.session_id)
     return HeartbeatResponse()
 
 
 @router.post("/sessions/{session_id}/finish", responses=_UNKNOWN)
 async def finish_session(
-    session_id: str, _: ApiKey, state: ServerState, __: AnyBody
+    session_id: str, caller: ApiKey, state: ServerState, __: AnyBody
 ) -> dict[str, str]:
     """Ends a session and its sampling sessions (results already submitted stay retrievable)."""
     _check_ids(state, session_id=session_id)
-    if not await state.sessions.finish(session_id):
+    if not await state.sessions.finish(session_id, caller.name):
         raise _unknown(session_id)
     return {"status": "finished"}

@@ -14,8 +14,11 @@ Once a delivered record is evicted, its key still answers with the same request_
 `dedup_ttl` seconds (its poll then gets 404, like any evicted future): an attempt the client gave
 up on and the server reaches late (minutes behind, under overload) must not generate the sample
 a second time. A key whose result expired undelivered is forgotten, so a re-submit generates.
-Every finished or failed sample is also appended to its sampling session's completion log
-(`impl.server.store.completions`), which `retrieve_futures` reads with a cursor and acknowledges.
+Each record belongs to the caller NAME that submitted it (`Record.owner`); the routes answer
+another caller's request ids with 404, and count pending samples per owner (`outstanding_of`)
+for each caller's share of `max_outstanding`. Every finished or failed sample is also appended
+to its sampling session's completion log (`impl.server.store.completions`), which
+`retrieve_futures` reads with a cursor and acknowledges.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class Record:
         "json",
         "json_future",
         "key",
+        "owner",
         "payload",
         "request_id",
         "sequence_ids",
@@ -86,9 +90,11 @@ class Record:
         "waiters",
     )
 
-    def __init__(self, request_id: str, key: Key | None, n: int) -> None:
+    def __init__(self, request_id: str, key: Key | None, n: int, owner: str = "") -> None:
         self.request_id = request_id
         self.key = key
+        #: the NAME of the caller that submitted it (impl.server.callers); another gets 404
+        self.owner = owner
         self.sequence_ids = [f"{request_id}:{i}" for i in range(n)]
         self.state = PENDING
         self.payload: bytes | None = None
@@ -128,9 +134,10 @@ class FutureStore(Protocol):
     async def lookup(self, key: Key) -> Record | None:
         """The live record of a `(sampling_session_id, seq_id)`, if one was submitted."""
 
-    async def create(self, key: Key | None, n: int, job: Any = None) -> Record:
-        """A new pending record with `n` sequence ids (`job`: the forward, kept by a shared
-        store so that another process can take it over)."""
+    async def create(self, key: Key | None, n: int, job: Any = None, owner: str = "") -> Record:
+        """A new pending record with `n` sequence ids and a fresh random request id
+        (`impl.server.ids`), owned by the caller NAME `owner` (`job`: the forward, kept by a
+        shared store so that another process can take it over)."""
 
     async def get(self, request_id: str) -> Record | None: ...
 
@@ -180,6 +187,13 @@ class FutureStore(Protocol):
 
     def pressure(self) -> str | None:
         """Why asample must be refused now (429), or None."""
+
+    def outstanding_of(self, owner: str) -> int:
+        """Samples of caller `owner` pending (every process's, on a shared store: as of its
+        last refresh plus this process's since)."""
+
+    def outstanding_by_owner(self) -> dict[str, int]:
+        """owner -> samples pending, for every owner with some (the per-caller gauge)."""
 
     def stats(self) -> dict[str, int]: ...
 

@@ -13,12 +13,11 @@ thread so the event loop keeps serving. Held polls settle with the reason that r
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from impl.server.ids import new_id
 from impl.server.store import (
     DONE,
     FAILED,
@@ -69,8 +68,8 @@ class MemoryStore:
             ),
             0,
         )
-        self._ids = itertools.count(1)
-        self._prefix = os.urandom(4).hex()
+        #: owner -> samples pending (owners with none are dropped)
+        self.owners: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -126,8 +125,10 @@ class MemoryStore:
         self.counts["deduplicated"] += 1
         return record
 
-    async def create(self, key: Key | None, n: int, job: Any = None) -> Record:
-        record = Record(f"{self._prefix}-{next(self._ids)}", key, n)
+    async def create(self, key: Key | None, n: int, job: Any = None, owner: str = "") -> Record:
+        record = Record(new_id(), key, n, owner)
+        owners = self.owners
+        owners[owner] = owners.get(owner, 0) + 1
         self.records[record.request_id] = record
         if key is not None:
             self.keys[key] = record
@@ -221,6 +222,12 @@ class MemoryStore:
     def pressure(self) -> str | None:
         return self.retention.refusal(self.pending, self.stored_bytes)
 
+    def outstanding_of(self, owner: str) -> int:
+        return self.owners.get(owner, 0)
+
+    def outstanding_by_owner(self) -> dict[str, int]:
+        return dict(self.owners)
+
     def stats(self) -> dict[str, int]:
         return {
             "records": len(self.records),
@@ -239,6 +246,11 @@ class MemoryStore:
         record.payload = payload
         record.error = error
         self.pending -= 1
+        left = self.owners.get(record.owner, 1) - 1
+        if left > 0:
+            self.owners[record.owner] = left
+        else:
+            self.owners.pop(record.owner, None)
         self.counts["completed" if state == DONE else "failed"] += 1
         if record.request_id in self.records:
             self.failed_held += state == FAILED

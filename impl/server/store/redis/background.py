@@ -35,6 +35,7 @@ class StoreBackground:
     recent: Any
     owned: set[str]
     view: dict[str, int]
+    owners: dict[str, int]
     on_takeover: Any
     session_logs: Any
     health: Any
@@ -90,8 +91,13 @@ class StoreBackground:
             await self.control.hdel(self.bytes_key, *stale)
         self.view["pending"] = pending
         self.view["stored_bytes"] = sum(int(v) for b, v in buckets.items() if int(b) > now)
+        owners = {}
         for name, value in counters.items():
-            self.view[name.decode()] = int(value)
+            if name.startswith(b"o:"):  # a caller's pending samples (store.py)
+                owners[name[2:].decode()] = int(value)
+            else:
+                self.view[name.decode()] = int(value)
+        self.owners = owners
 
     async def _refresh_loop(self) -> None:
         """The counters' view, every `refresh_interval`; whether the engine is there is the

@@ -23,7 +23,8 @@ BUCKET_S = 5
 
 # KEYS: dedup key (or a never-written placeholder), record, pending set, stats, the session's
 # completion-log hash (redis_completions.py). ARGV: request id, n, key text ('' = none), lease
-# deadline ms, router body, job options, record key prefix, clone, a new log's base position.
+# deadline ms, router body, job options, record key prefix, clone, a new log's base position,
+# owner (the caller NAME: field `o` of the record, and `o:<owner>` in stats counts its pending).
 # Returns false when created, else {"<id> <n>", live} of the key's record.
 CREATE = """
 if ARGV[3] ~= '' then
@@ -40,9 +41,10 @@ if ARGV[3] ~= '' then
   redis.call('HINCRBY', KEYS[5], ARGV[8] .. ':p', 1)
 end
 redis.call('HSET', KEYS[2], 's', 'pending', 'n', ARGV[2], 'k', ARGV[3],
-  'jb', ARGV[5], 'jm', ARGV[6])
+  'jb', ARGV[5], 'jm', ARGV[6], 'o', ARGV[10])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
 redis.call('HINCRBY', KEYS[4], 'submitted', 1)
+redis.call('HINCRBY', KEYS[4], 'o:' .. ARGV[10], 1)
 return false
 """
 # KEYS: dedup key, stats. Returns {"<id> <n>", exists} or false.
@@ -55,12 +57,13 @@ redis.call('HINCRBY', KEYS[2], exists == 1 and 'deduplicated' or 'late_duplicate
 return {value, exists}
 """
 # KEYS: record, dedup key, pending, bytes, stats, payload, the session's completion-log hash
-# and its clone's list (redis_completions.py). ARGV: id, state, error ('' when done), ttl ms,
-# bucket, channel, size, clone, batch size, log list ttl ms, sampling session id. The payload
-# itself is never a script argument: a 2 MB argument costs the engine a thousand times
-# more inside EVALSHA than in a SET (docs/measurements.md), so `complete` SETs it (NX: the first
-# generation's bytes stay) in the same MULTI as this script. The completion is appended to the log
-# in the same script, with the engine's clock in ms (the batching rule reads when each arrived); the
+# and its clone's list (redis_completions.py); the owner's pending count in stats goes down.
+# ARGV: id, state, error ('' when done), ttl ms, bucket, channel, size, clone, batch size, log
+# list ttl ms, sampling session id. The payload itself is never a script argument: a 2 MB
+# argument costs the engine a thousand times more inside EVALSHA than in a SET
+# (docs/measurements.md), so `complete` SETs it (NX: the first generation's bytes stay) in the
+# same MULTI as this script. The completion is appended to the log in the same script, with the
+# engine's clock in ms (the batching rule reads when each arrived); the
 # message names the target too when its held poll's answer becomes due.
 # A result whose bytes are not there (the SET was refused: an engine at maxmemory takes a small
 # script after refusing a 2 MB SET) is not finished: -1, and the forward stores it again.
@@ -71,6 +74,10 @@ if redis.call('HGET', KEYS[1], 's') ~= 'pending' then
   return 0
 end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'sz', ARGV[7], 'b', ARGV[5])
+local owner = redis.call('HGET', KEYS[1], 'o')
+if owner and redis.call('HINCRBY', KEYS[5], 'o:' .. owner, -1) <= 0 then
+  redis.call('HDEL', KEYS[5], 'o:' .. owner)
+end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'e', ARGV[3]) end
 redis.call('HDEL', KEYS[1], 'jb', 'jm')
 redis.call('PEXPIRE', KEYS[1], ARGV[4])

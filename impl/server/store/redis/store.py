@@ -12,6 +12,10 @@ record is one Lua script, so it is atomic across processes and costs one round t
   `completed_ttl`; `delivered` (called only after the response reached a still-connected
   client) moves the record to `retrieved_ttl` and the key to `retrieved_ttl + dedup_ttl` (the
   dedup tombstone). An undelivered result that expired takes its key with it.
+- The record's field `o` is the NAME of the caller that submitted it (`Record.owner`), and
+  the stats hash's field `o:<NAME>` counts that caller's pending samples (CREATE adds one,
+  FINISH takes it away), read with the other counters every refresh (`outstanding_of`).
+  Request ids are random (`impl.server.ids`), so a caller cannot count its way to another's.
 - `{p}pending` is a sorted set of pending request ids scored by their owner's lease deadline
   (ms). The owner renews the leases of its forwards every `lease / 4` seconds in one ZADD; every
   process reaps leases that lapsed (its owner was killed) by claiming them in a script and
@@ -43,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -51,6 +54,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from impl.server.ids import new_id
 from impl.server.store import (
     DONE,
     FAILED,
@@ -124,8 +128,8 @@ class RedisStore(SessionPolling, StoreBackground):
         self.scripts = {"claim": self.client.register_script(lua.CLAIM)}  # the control path
         #: the request path's calls: one round trip per event-loop iteration
         self.pipe = AutoPipeline(self.client, texts)
-        self._prefix = os.urandom(4).hex()
-        self._ids = 0
+        #: owner -> pending samples, every process's (refreshed) plus this one's since
+        self.owners: dict[str, int] = {}
         self.waiters: dict[str, list[asyncio.Future[str]]] = {}
         #: Request ids whose completion message arrived lately (a poll registering after it).
         self.recent: OrderedDict[str, None] = OrderedDict()
@@ -232,9 +236,8 @@ class RedisStore(SessionPolling, StoreBackground):
         return record
 
     @guard
-    async def create(self, key: Key | None, n: int, job: Any = None) -> Record:
-        self._ids += 1
-        request_id = f"{self._prefix}-{self._ids}"
+    async def create(self, key: Key | None, n: int, job: Any = None, owner: str = "") -> Record:
+        request_id = new_id()
         body, options = (b"", "") if job is None else job.pack()
         existing = await self.pipe.script(
             "create",
@@ -255,6 +258,7 @@ class RedisStore(SessionPolling, StoreBackground):
                 self.prefix + "r:",
                 key[1] // CLONE_BLOCK if key else 0,
                 self.session_logs.base,
+                owner,
             ],
         )
         if existing:  # the key was claimed before (here or elsewhere): its record, not forwarded
@@ -264,20 +268,21 @@ class RedisStore(SessionPolling, StoreBackground):
             record.fresh = False
             return record
         self.owned.add(request_id)
-        return Record(request_id, key, n)
+        self.owners[owner] = self.owners.get(owner, 0) + 1  # until the next refresh
+        return Record(request_id, key, n, owner)
 
     @guard
     async def get(self, request_id: str) -> Record | None:
         return await self._read(request_id)
 
     async def _read(self, request_id: str, record: Record | None = None) -> Record | None:
-        fields = self.pipe.call("HMGET", self._record_key(request_id), "s", "n", "k", "e")
+        fields = self.pipe.call("HMGET", self._record_key(request_id), "s", "n", "k", "e", "o")
         payload = self.pipe.call("GET", self._payload_key(request_id))
-        (state, n, key, error), payload = await settled(fields, payload)
+        (state, n, key, error, owner), payload = await settled(fields, payload)
         if state is None:
             return None
         if record is None:
-            record = Record(request_id, unkey(key), int(n))
+            record = Record(request_id, unkey(key), int(n), owner.decode() if owner else "")
         record.state = state.decode()
         record.error = error.decode() if error is not None else None
         record.payload = payload
@@ -328,12 +333,15 @@ class RedisStore(SessionPolling, StoreBackground):
                 record.key[0] if record.key else "",
             ],
         )
-        if (await settled(finished, *([stored] if stored is not None else [])))[0] == -1:
+        outcome = (await settled(finished, *([stored] if stored is not None else [])))[0]
+        if outcome == -1:
             # the bytes were refused (engine full): the forward stores the result again
             raise StoreUnavailable(
                 f"the shared store at {self.address} did not keep the result's bytes; "
                 "storing it again"
             )
+        if outcome == 1 and record.owner in self.owners:  # until the next refresh
+            self.owners[record.owner] = max(0, self.owners[record.owner] - 1)
         self.owned.discard(record.request_id)
         record.state = state
         self._wake(record.request_id)
@@ -427,6 +435,12 @@ class RedisStore(SessionPolling, StoreBackground):
             return None  # the next store call answers 503 with the reason
         view = self.view
         return self.retention.refusal(view["pending"], view["stored_bytes"], " in the shared store")
+
+    def outstanding_of(self, owner: str) -> int:
+        return self.owners.get(owner, 0)
+
+    def outstanding_by_owner(self) -> dict[str, int]:
+        return {owner: n for owner, n in self.owners.items() if n > 0}
 
     def stats(self) -> dict[str, int]:
         return dict(self.view)
