@@ -70,8 +70,9 @@ GUARANTEES: dict[str, str] = {
 LACKS: dict[str, dict[str, str]] = {
     "uvicorn_httptools": {},
     "uvicorn_h11": {
-        "head_bytes": "h11 refuses a head over --max-header-bytes with 400 "
-        "('Invalid HTTP request received.'), not 431",
+        "head_bytes": "h11 bounds only a head still incomplete in its buffer (past "
+        "--max-header-bytes: 400, not 431); a head that arrives in one read is served whatever "
+        "its size",
         "header_count": "h11 has no header-count limit: every field is parsed and handed on",
         "header_timeout": "uvicorn arms no timer before a head is complete (slowloris holds "
         "the connection)",

@@ -4,8 +4,9 @@ Technique: uvicorn's `H11Protocol`, with h11's incomplete-event size set to
 `--max-header-bytes` (h11 buffers at most that much of an unfinished head) and the probes
 (`/livez`, `/readyz`) left out of the access log as the reference leaves them.
 Why it is here: h11 is what uvicorn runs without httptools, and its parser is Python.
-Caveats (the family's capability table): an over-long head gets h11's 400, not 431; no
-header-count limit; no head or body read timers.
+Caveats (the family's capability table): h11 bounds only a head still incomplete in its
+buffer (400, not 431; a long head that arrives in one read is served); no header-count limit;
+no head or body read timers.
 """
 
 from __future__ import annotations
