@@ -8,11 +8,13 @@ from impl import registry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("family", nargs="?", choices=registry.families(), help="only this family")
+    parser.add_argument(
+        "family", nargs="?", choices=registry.all_families(), help="only this family"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    for family in [args.family] if args.family else registry.families():
+    for family in [args.family] if args.family else registry.all_families():
         print(f"{family} (reference: {registry.reference(family)})")
         width = max(map(len, registry.names(family)))
         for name in registry.names(family):

@@ -5,6 +5,7 @@ Each family's package (`impl/<family>/__init__.py`) holds its contract and one l
 This module reads those tables; it imports an implementation's module only in `create()`.
 
     registry.families()            # ("decode", "encode", "pool", "accesslog")
+    registry.all_families()        # those, then "runtime" (the HTTP server itself)
     registry.names("decode")       # every registered implementation, reference first
     registry.available("decode")   # those whose optional dependency imports here
     registry.reference("decode")   # the parity reference
@@ -26,8 +27,12 @@ _FAMILY_PACKAGES = MappingProxyType(
         "encode": "impl.encode",
         "pool": "impl.pool",
         "accesslog": "impl.accesslog",
+        "runtime": "impl.runtime",
     }
 )
+#: families whose implementations run as objects in the server's process (a `hotpath bench`
+#: section, a `hotpath profile` loop and an asv suite each); the runtime is the server itself
+_IN_PROCESS = ("decode", "encode", "pool", "accesslog")
 
 
 class UnavailableError(ImportError):
@@ -35,7 +40,12 @@ class UnavailableError(ImportError):
 
 
 def families() -> tuple[str, ...]:
-    """Every family, in hot-path order."""
+    """The in-process families, in hot-path order."""
+    return _IN_PROCESS
+
+
+def all_families() -> tuple[str, ...]:
+    """Every family the server picks: the in-process ones, then the runtime."""
     return tuple(_FAMILY_PACKAGES)
 
 

@@ -10,9 +10,10 @@ from impl._table import Entry
 
 def test_families_in_hot_path_order():
     assert registry.families() == ("decode", "encode", "pool", "accesslog")
+    assert registry.all_families() == (*registry.families(), "runtime")
 
 
-@pytest.mark.parametrize("family", registry.families())
+@pytest.mark.parametrize("family", registry.all_families())
 def test_reference_first_and_available_subset(family):
     names = registry.names(family)
     assert names[0] == registry.reference(family)
@@ -20,7 +21,7 @@ def test_reference_first_and_available_subset(family):
     assert set(registry.available(family)) <= set(names)
 
 
-@pytest.mark.parametrize("family", registry.families())
+@pytest.mark.parametrize("family", registry.all_families())
 def test_every_entry_points_at_a_module_file(family):
     for name in registry.names(family):
         entry = registry.entry(family, name)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from impl import registry
 from impl.harness import burner, faults, presets, procs, report, watch
 from impl.harness.drive import client_configs as client_configs
 from impl.harness.drive import drive
@@ -134,14 +135,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=("baseline", "poll", "client", "inline", "processes", "fetch", "memory"),
+        choices=(
+            "baseline",
+            "poll",
+            "client",
+            "inline",
+            "processes",
+            "fetch",
+            "memory",
+            "runtime",
+        ),
         help="two runs side by side with ratios: baseline (`hotpath serve --baseline`, then the "
         "picked configuration), poll (--poll request, then --poll session), client (the "
         "SDK-shaped http client, then the real SDK), inline (the picked configuration, then the "
         "same implementations decoding on the server's event loop, `--offloop inline`), processes "
         "(the same with decode processes, `--offloop processes`), fetch (the same with "
         "fetch processes, `--offloop fetch`), memory "
-        "(one process on the memory store, then --server-workers/--store)",
+        "(one process on the memory store, then --server-workers/--store); runtime: one run per "
+        "available HTTP runtime (`serve --runtime NAME`, the reference first, the other "
+        "families pinned to its picks), side by side",
     )
     parser.add_argument(
         "--server-workers",
@@ -326,6 +338,23 @@ def inline_scenario(
     return scenario.with_overrides(server_args=extra)
 
 
+def runtime_runs(scenario: presets.Scenario, common: dict[str, Any]) -> list[dict[str, Any]]:
+    """One run per available HTTP runtime: the reference first, then each other one with
+    the implementations the reference's server picked (its /healthz), so only the runtime
+    differs."""
+    reference, *others = registry.available("runtime")
+    first = scenario.with_overrides(server_args=(*scenario.server_args, "--runtime", reference))
+    runs = [run_scenario(first, label=reference, **common)]
+    pinned: list[str] = []
+    for family, name in report.picks(runs[0].get("healthz")).items():
+        if family != "runtime":
+            pinned += [f"--{family}", name]
+    for name in others:
+        args = (*scenario.server_args, *pinned, "--runtime", name)
+        runs.append(run_scenario(scenario.with_overrides(server_args=args), label=name, **common))
+    return runs
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the run unwinds and stops what it started."""
 
@@ -385,7 +414,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"hotpath loadtest --profile: {exc}", file=sys.stderr)
             return 2
     try:  # one burner for the whole load test, so both sides of --compare run beside it
-        runs_budget = (scenario.timeout + 300) * (2 if args.compare else 1)
+        count = len(registry.available("runtime")) if args.compare == "runtime" else 2
+        runs_budget = (scenario.timeout + 300) * (count if args.compare else 1)
         background = burner.start(args.background_load, seconds=runs_budget)
     except ValueError as exc:
         print(f"hotpath loadtest: {exc}", file=sys.stderr)
@@ -407,16 +437,19 @@ def _run(args: argparse.Namespace) -> int:
         runs.append(run_scenario(alone, label="memory", **common))
     if args.server_workers or args.store:
         label = f"{args.server_workers or 1}x {args.store or 'auto'}"
-    runs.append(
-        run_scenario(
-            scenario,
-            label=label,
-            baseline=args.baseline,
-            profile=args.profile,
-            kill_one_at=args.kill_one_at,
-            **common,
+    if args.compare == "runtime":
+        runs = runtime_runs(scenario, common)
+    else:
+        runs.append(
+            run_scenario(
+                scenario,
+                label=label,
+                baseline=args.baseline,
+                profile=args.profile,
+                kill_one_at=args.kill_one_at,
+                **common,
+            )
         )
-    )
     if args.compare in (
         "inline",
         "processes",
@@ -439,7 +472,9 @@ def _run(args: argparse.Namespace) -> int:
             f"of every {used['period_ms']:g} ms (used {used['cpu_seconds']} CPU s in "
             f"{used['wall_seconds']} s)"
         )
-    if len(summaries) == 2:
+    if len(summaries) > 2:
+        print(report.render_many(summaries))
+    elif len(summaries) == 2:
         print(report.render_compare(*summaries))
     else:
         print(report.render_run(summaries[0]))

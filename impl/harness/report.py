@@ -270,6 +270,23 @@ def render_compare(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_many(summaries: list[dict[str, Any]]) -> str:
+    """Several runs side by side (the first is the reference), each with its ratio to it."""
+    first = summaries[0]
+    header = ["", first["label"]]
+    for summary in summaries[1:]:
+        header += [summary["label"], "vs " + first["label"]]
+    rows = []
+    for label, key, fmt, better in _ROWS:
+        row = [label, fmt(first[key]) if first[key] is not None else "-"]
+        for summary in summaries[1:]:
+            row.append(fmt(summary[key]) if summary[key] is not None else "-")
+            r = ratio(first[key], summary[key], better) if better is not None else None
+            row.append("" if r is None or key in ("completed", "failed") else f"{r:.2f}x")
+        rows.append(tuple(row))
+    return render_table(header, rows)
+
+
 def verdict(summary: dict[str, Any]) -> list[str]:
     """What went wrong in a run (empty: every requested sample completed and checked out)."""
     problems = []

@@ -23,7 +23,13 @@ from impl.decode import TOPK_PAD_LOGPROB, TOPK_PAD_TOKEN, Completion, Sequence, 
 from impl.server.store import DONE, Record, Retention
 from impl.server.store.memory import MemoryStore
 
-IMPLEMENTATIONS = {"decode": "json", "encode": "validated", "pool": "httpx", "accesslog": "rich"}
+IMPLEMENTATIONS = {
+    "decode": "json",
+    "encode": "validated",
+    "pool": "httpx",
+    "accesslog": "rich",
+    "runtime": "uvicorn_httptools",
+}
 
 
 def json_to_completion(text: bytes) -> Completion:

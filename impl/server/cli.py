@@ -1,4 +1,4 @@
-"""`hotpath serve`: the Tinker-SDK-compatible sampling server (FastAPI, uvicorn, uvloop, httptools).
+"""`hotpath serve`: the Tinker-SDK-compatible sampling server (FastAPI on a picked HTTP runtime).
 
 Every option is also an environment variable (`--poll-hold` = `HOTPATH_POLL_HOLD`); a flag wins.
 Each family's implementation is picked at start-up (explicit flag or variable, else measurements
@@ -10,10 +10,11 @@ processes on one port and one shared store (Redis/Valkey; with no `--store`, a r
 starts, keeps running and stops itself).
 
 It listens before it picks and starts the app: meanwhile `impl.server.starting` answers
-`/livez` 200 and everything else 503 on that socket, then uvicorn takes the same socket over
-(with the HTTP limits of `impl.server.protocol`). On SIGTERM `/readyz` answers 503 and the
-server keeps serving `--drain-delay` seconds before it closes the socket and drains.
-Once uvicorn listens it prints one line on stdout:
+`/livez` 200 and everything else 503 on that socket, then the picked runtime (`impl.runtime`:
+uvicorn with httptools and the HTTP limits of `impl.server.protocol`, unless `--runtime` or
+measurements say otherwise) takes the same socket over. On SIGTERM `/readyz` answers 503 and
+the server keeps serving `--drain-delay` seconds before it closes the socket and drains.
+Once the runtime listens it prints one line on stdout:
 
     hotpath-server listening on http://HOST:PORT
 """
@@ -21,21 +22,12 @@ Once uvicorn listens it prints one line on stdout:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
-import functools
 import gc
 import logging
 import sys
-from typing import TYPE_CHECKING
 
 from impl.server import settings as settings_module
-
-if TYPE_CHECKING:
-    import uvicorn
-
-    from impl.server.picks import Picks
-    from impl.server.starting import Starting
 
 log = logging.getLogger("hotpath.server")
 STORE_HINT = "the shared store needs redis-py: pip install 'hotpath[store]'"
@@ -51,40 +43,6 @@ def somaxconn() -> int | None:
             return int(f.read())
     except (OSError, ValueError):
         return None
-
-
-def uvicorn_config(settings: settings_module.Settings, picks: Picks) -> uvicorn.Config:
-    """The uvicorn config: factory app, uvloop, httptools, backlog, keep-alive, access log."""
-    import uvicorn
-
-    from impl.accesslog import uvicorn_log_config
-    from impl.server.app import create_app
-    from impl.server.protocol import protocol_class
-
-    config = uvicorn.Config(
-        functools.partial(create_app, settings, picks),
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http=protocol_class(settings),  # httptools, with head/header/timeout limits
-        ws="none",
-        lifespan="on",
-        backlog=settings.backlog,
-        timeout_keep_alive=settings.keep_alive,
-        timeout_graceful_shutdown=settings.shutdown_timeout,
-        log_config=uvicorn_log_config(picks.accesslog.name),
-        log_level=None,  # uvicorn would apply it to the access logger too
-        access_log=picks.accesslog.name != "null",
-    )
-    # --log-level governs uvicorn's own messages; the access log is the picked handler's.
-    for name in ("uvicorn", "uvicorn.error"):
-        logging.getLogger(name).setLevel(settings.log_level.upper())
-    if picks.accesslog.name != "null":  # each line names its caller (never the key)
-        from impl.server.callers import NameInAccessLog
-
-        logging.getLogger("uvicorn.access").addFilter(NameInAccessLog())
-    return config
 
 
 def announce_callers(settings: settings_module.Settings) -> bool:
@@ -132,73 +90,6 @@ def tune_runtime(settings: settings_module.Settings, accesslog: str) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*settings.gc_thresholds())
-
-
-def _server(
-    settings: settings_module.Settings, picks: Picks, starting: Starting | None = None
-) -> uvicorn.Server:
-    """The uvicorn Server that runs `settings` with `picks` (and stops the start-up responder
-    `starting` once it listens)."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn's Server that prints the ready line once it really listens, drains with
-        /readyz at 503 on SIGTERM (`--drain-delay`), and answers held polls (try_again) as
-        soon as shutdown starts, not after the graceful timeout."""
-
-        async def shutdown(self, sockets=None) -> None:
-            state = getattr(self.lifespan, "state", {}).get("server")
-            if state is not None:
-                state.draining = True
-                await self._drain(settings.drain_delay)
-            for acceptor in state.acceptors if state is not None else ():
-                acceptor.stop()
-            if state is not None:
-                state.poll_hold = 0.0
-                state.store.wake_all()
-            await super().shutdown(sockets)
-
-        async def _drain(self, seconds: float) -> None:
-            """Keep serving `seconds` (a second SIGINT cuts it short): /readyz says 503."""
-            if seconds > 0:
-                log.info("draining: serving %.1f s more with /readyz at 503", seconds)
-            end = asyncio.get_running_loop().time() + seconds
-            while not self.force_exit and asyncio.get_running_loop().time() < end:
-                await asyncio.sleep(min(0.1, seconds))
-
-        async def startup(self, sockets=None) -> None:
-            await super().startup(sockets)
-            if starting is not None:
-                starting.stop()  # uvicorn answers on the socket now
-            if self.started:
-                if settings.eager_accept and not settings.baseline:
-                    self._accept_eagerly()
-                tune_runtime(settings, picks.accesslog.name)
-                state = getattr(self.lifespan, "state", {}).get("server")
-                if state is not None:
-                    state.gc.count_frozen()  # /healthz reports this count, never re-walks
-                host, port = self.servers[0].sockets[0].getsockname()[:2]
-                print(f"hotpath-server listening on http://{host}:{port}", flush=True)
-
-        def _accept_eagerly(self) -> None:
-            """An EagerAccept per listening socket, with uvicorn's protocol factory."""
-            from impl.server.accept import EagerAccept
-
-            config = self.config
-            factory = functools.partial(
-                config.http_protocol_class,
-                config=config,
-                server_state=self.server_state,
-                app_state=self.lifespan.state,
-            )
-            state = self.lifespan.state.get("server")
-            for listener in (sock for server in self.servers for sock in server.sockets or ()):
-                acceptor = EagerAccept(listener, factory, limit=settings.backlog)
-                acceptor.start()
-                if state is not None:
-                    state.acceptors.append(acceptor)
-
-    return Server(uvicorn_config(settings, picks))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -263,12 +154,18 @@ def run(args: argparse.Namespace) -> int:
             if embedded is None:
                 return 2
             settings = dataclasses.replace(settings, store=embedded.url)
-        server = _server(settings, picks, starting)
-        server.run(sockets=[sock])
+        from impl import registry
+
+        if picks.accesslog.name != "null":  # each line names its caller (never the key)
+            from impl.server.callers import NameInAccessLog
+
+            logging.getLogger("uvicorn.access").addFilter(NameInAccessLog())
+        runtime = registry.create("runtime", picks.runtime.name)
+        started = runtime.serve(settings, picks, sock, starting)
     finally:
         if starting is not None:
             starting.stop()
         sock.close()
         if embedded is not None:
             embedded.stop()
-    return 0 if server.started else 3
+    return 0 if started else 3

@@ -23,18 +23,23 @@ log = logging.getLogger("hotpath.server")
 
 @dataclass(frozen=True)
 class Picks:
-    """One pick per family of `registry.families()` (a test keeps the fields in step)."""
+    """One pick per family of `registry.all_families()` (a test keeps the fields in step)."""
 
     decode: pick.Pick
     encode: pick.Pick
     pool: pick.Pick
     accesslog: pick.Pick
+    runtime: pick.Pick
 
-    def as_json(self) -> dict[str, dict[str, str]]:
-        return {
+    def as_json(self) -> dict[str, dict[str, Any]]:
+        from impl.runtime import LACKS
+
+        shown: dict[str, dict[str, Any]] = {
             f: {"name": getattr(self, f).name, "reason": getattr(self, f).reason}
-            for f in registry.families()
+            for f in registry.all_families()
         }
+        shown["runtime"]["lacks"] = sorted(LACKS[self.runtime.name])
+        return shown
 
 
 def choose(settings: Settings) -> Picks:
@@ -54,11 +59,38 @@ def choose(settings: Settings) -> Picks:
         exclude = ("null",) if family == "accesslog" else ()
         calibrator = calibration.calibrator(family) if settings.calibrate else None
         chosen[family] = pick.pick(family, explicit, calibrator=calibrator, exclude=exclude)
+    chosen["runtime"] = choose_runtime(settings, chosen["accesslog"].name)
     picks = Picks(**chosen)
-    for family in registry.families():
+    for family in registry.all_families():
         p = getattr(picks, family)
         log.info("pick %s=%s: %s", family, p.name, p.reason)
     return picks
+
+
+def choose_runtime(settings: Settings, accesslog: str) -> pick.Pick:
+    """The runtime pick (`impl.runtime`): an explicit `--runtime NAME` runs unless it lacks a
+    guarantee of `runtime.REQUIRED` the settings ask for (then `UnavailableError`), with one
+    warning per other guarantee it lacks; `auto` (or none given) chooses among the runtimes
+    that lack none, from measurements, else the preference order."""
+    from impl.runtime import REQUIRED, lacking
+
+    explicit = settings.runtime
+    if explicit is None and settings.baseline:
+        name = baseline.IMPLEMENTATIONS["runtime"]
+        return pick.Pick("runtime", name, "--baseline (the configuration before the fixes)")
+    if explicit is not None and explicit != "auto":
+        chosen = pick.pick("runtime", explicit)
+        lacks = lacking(chosen.name, settings, accesslog)
+        for guarantee in REQUIRED:
+            if guarantee in lacks:
+                raise registry.UnavailableError(
+                    f"runtime {chosen.name} cannot give {guarantee}: {lacks[guarantee]}"
+                )
+        for guarantee, why in lacks.items():
+            log.warning("runtime %s does not give %s: %s", chosen.name, guarantee, why)
+        return chosen
+    exclude = tuple(n for n in registry.names("runtime") if lacking(n, settings, accesslog))
+    return pick.pick("runtime", "", exclude=exclude)  # "": not HOTPATH_RUNTIME (read already)
 
 
 def choose_or_explain(settings: Settings) -> Picks | None:

@@ -45,6 +45,13 @@ class Settings:
     accesslog: str | None = _opt(
         None, "access-log handler ('null' turns the access log off)", flag_type=str
     )
+    runtime: str | None = _opt(
+        None,
+        "HTTP runtime that runs the app (uvicorn_httptools, uvicorn_h11, granian) or auto: "
+        "among those that give every HTTP guarantee the settings ask for (`hotpath list "
+        "runtime`; /healthz shows the pick, why, and what it lacks)",
+        flag_type=str,
+    )
     # -- off-loop decoding (impl.server.offloop) --
     offloop: str = _opt(
         "auto",

@@ -59,7 +59,7 @@ def child_environment(settings: Settings, picks: Picks, index: int) -> dict[str,
     env = dict(os.environ)
     values = dataclasses.asdict(settings)
     values.update(workers=1, worker_index=index, reuse_port=True, calibrate=False)
-    for family in registry.families():
+    for family in registry.all_families():
         values[family] = getattr(picks, family).name
     for name, value in values.items():
         if value is None:

@@ -3,7 +3,8 @@ upstream sent: tokens, float32 logprobs, prompt logprobs and top-k prompt logpro
 session protocol (the default: one retrieve_futures poller per sampling session), with
 per-request polling (`--no-session-poll`), on `--baseline`, and with the session protocol
 through two server processes on the shared store (`--workers 2`: an embedded redis-server; the
-SDK's polls and fetches land on either process).
+SDK's polls and fetches land on either process), and on every other HTTP runtime of the family
+(`--runtime NAME`).
 
 Real processes: the stand-in vLLM upstream (tests/support/fake_vllm.py) and the server, each on a
 loopback port; the SDK talks HTTP to the server in this process.
@@ -19,6 +20,7 @@ import pickle
 import numpy as np
 import pytest
 
+from impl import registry
 from impl.workloads import synthetic
 from tests.support.server import API_KEY, Api, start_server, start_upstream
 
@@ -45,6 +47,12 @@ STACK_ARGS = {
     "request": ("--no-session-poll",),
     "baseline": ("--baseline",),
     "session-workers2": ("--workers", "2"),
+    # every other HTTP runtime of the family (impl/runtime), with session polling
+    **{
+        f"runtime-{name}": ("--runtime", name)
+        for name in registry.names("runtime")
+        if name != registry.reference("runtime")
+    },
 }
 
 
@@ -66,6 +74,8 @@ def stack(request):
     processes on the shared store with session polling."""
     args = STACK_ARGS[request.param]
     if "--workers" in args and (missing := _shared_store_missing()):
+        pytest.skip(missing)
+    if "--runtime" in args and (missing := registry.unavailable_reason("runtime", args[1])):
         pytest.skip(missing)
     with start_upstream() as upstream, start_server(upstream.url, *args) as server:
         yield upstream, server

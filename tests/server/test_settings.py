@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from impl import pick, registry
-from impl.server import calibration, cli, picks
+from impl.server import calibration, picks
 from impl.server.settings import Settings, add_arguments, env_name, from_args
 from tests.support.server import ROOT
 
@@ -141,7 +141,7 @@ def test_picks_follow_preference_and_never_choose_null_access_log(no_measurement
 
 
 def test_picks_has_one_field_per_family():
-    assert tuple(f.name for f in dataclasses.fields(picks.Picks)) == registry.families()
+    assert tuple(f.name for f in dataclasses.fields(picks.Picks)) == registry.all_families()
 
 
 @pytest.mark.heavy
@@ -184,7 +184,9 @@ def test_baseline_picks(no_measurements):
 
 def test_uvicorn_configuration(no_measurements):
     settings = Settings(calibrate=False)
-    config = cli.uvicorn_config(settings, picks.choose(settings))
+    config = registry.create("runtime", "uvicorn_httptools").config(
+        settings, picks.choose(settings)
+    )
     assert config.factory is True
     # httptools, with the HTTP limits (impl/server/protocol.py) bound to the settings
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -196,3 +198,34 @@ def test_uvicorn_configuration(no_measurements):
     assert config.timeout_keep_alive == 75
     handlers = config.log_config["loggers"]["uvicorn.access"]["handlers"]
     assert handlers == ["access"]
+
+
+def test_runtime_pick_never_chooses_a_runtime_that_lacks_a_guarantee(no_measurements, monkeypatch):
+    """auto: the reference unless a runtime that gives every guarantee measured cheaper; an
+    explicit runtime runs with what it lacks listed on /healthz, unless it lacks a required one."""
+    import impl.runtime
+
+    chosen = picks.choose(Settings(calibrate=False))
+    assert chosen.runtime.name == "uvicorn_httptools"
+    lacking = [n for n in registry.available("runtime") if impl.runtime.LACKS[n]]
+    rows = [{"input": "x", "size_bytes": None, "cost": {n: 0.1 for n in lacking}}]
+    rows[0]["cost"]["uvicorn_httptools"] = 1.0
+    pick.record("runtime", rows)
+    assert picks.choose(Settings(calibrate=False)).runtime.name == "uvicorn_httptools"
+    assert picks.choose(Settings(calibrate=False, runtime="auto")).runtime.name == (
+        "uvicorn_httptools"
+    )
+    explicit = picks.choose(Settings(calibrate=False, runtime="uvicorn_h11"))
+    assert explicit.runtime.name == "uvicorn_h11"
+    shown = explicit.as_json()["runtime"]
+    assert shown["lacks"] == sorted(impl.runtime.LACKS["uvicorn_h11"]) and shown["lacks"]
+    monkeypatch.setitem(impl.runtime.LACKS, "uvicorn_h11", {"workers": "cannot"})
+    assert "workers" not in impl.runtime.lacking("uvicorn_h11", Settings(workers=1))
+    picks.choose(Settings(calibrate=False, runtime="uvicorn_h11"))  # one process: runs
+    with pytest.raises(registry.UnavailableError, match="cannot give workers: cannot"):
+        picks.choose(Settings(calibrate=False, runtime="uvicorn_h11", workers=2))
+    with pytest.raises(LookupError, match="known: uvicorn_httptools"):
+        picks.choose(Settings(calibrate=False, runtime="nope"))
+    assert picks.choose(Settings(calibrate=False, baseline=True)).runtime.name == (
+        "uvicorn_httptools"
+    )
