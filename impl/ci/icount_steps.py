@@ -204,7 +204,7 @@ def server_step(route: str) -> Call:
       call either way).
     - Off-loop decode workers are processes watched by threads that wake the loop: the app
       decodes inline (bodies this small are decoded inline by every design).
-    - The ids the server hands out are random bytes (`impl.server.ids`), so they hash
+    - The ids the server hands out are random bytes (`impl.server.store.ids`), so they hash
       differently and dict probes differ: while the app is built and during each call they
       come from one seeded generator (each id still distinct, the same ones in every process).
     """
@@ -214,7 +214,7 @@ def server_step(route: str) -> Call:
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    from impl.server import ids
+    from impl.server.store import ids
 
     seeded, system = random.Random(0).randbytes, ids.random_bytes
     ids.random_bytes = seeded  # repeatable ids; restored after each use

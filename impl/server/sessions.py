@@ -3,7 +3,7 @@
 A session belongs to the caller NAME that created it (`impl.server.callers`), and so do its
 sampling sessions: every method takes the asking caller's NAME and answers another caller as
 it answers an id that never existed (None / False), so the routes' 404s cannot tell them
-apart. Session ids are random (`impl.server.ids`). A sampling session id is derived from its
+apart. Session ids are random (`impl.server.store.ids`). A sampling session id is derived from its
 session and seq id, so the SDK's retried create_sampling_session gets the same id back. `join`
 hands each further client of a sampling session (an unpickled SDK SamplingClient) its own
 clone number, so clones' seq_ids (`clone * 1_000_000_000 + n`) never collide. The methods are
@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from impl.server.ids import new_id
+from impl.server.store.ids import new_id
 
 
 @dataclass

@@ -277,7 +277,7 @@ def test_server_step_freezes_only_what_it_says():
     import asyncio
     import os
 
-    from impl.server import ids
+    from impl.server.store import ids
 
     urandom, source = os.urandom, ids.random_bytes
     call = icount_steps.STEPS["retrieve-try-again"]()

@@ -32,9 +32,9 @@ import httpx
 import numpy as np
 import pytest
 
-from impl.harness import bodies
-from impl.server.ids import new_id
+from impl.server.store.ids import new_id
 from impl.server.store.redis import embedded
+from impl.workloads import synthetic
 from tests.support.server import ROOT, Api, start_server
 
 pytestmark = pytest.mark.heavy
@@ -234,7 +234,7 @@ def test_the_sdk_samples_exactly_with_a_configured_key(stack):
         sampling_params=types.SamplingParams(max_tokens=10, seed=31337, temperature=0.7),
         num_samples=2,
     ).result(timeout=60)
-    expected = bodies.generate(prompt, n=2, max_tokens=10, seed=31337)
+    expected = synthetic.generate(prompt, n=2, max_tokens=10, seed=31337)
     for seq, want in zip(response.sequences, expected, strict=True):
         assert np.array_equal(seq.tokens_np, want.tokens)
         assert np.array_equal(seq.logprobs_np, want.logprobs)
@@ -269,7 +269,7 @@ def _sampling(url: str, names: tuple[str, ...], stop: threading.Event, out: list
             i += 1
             rid = client.asample(ssids[name], i, seed=50_000 + i).json()["request_id"]
             out.append((name, client.result(rid, proto=False).json()["sequences"][0]["tokens"],
-                        bodies.generate([128000, 1, 2, 3], n=1, max_tokens=8,
+                        synthetic.generate([128000, 1, 2, 3], n=1, max_tokens=8,
                                         seed=50_000 + i)[0].tokens.tolist()))  # fmt: skip
     for client in clients.values():
         client.close()

@@ -136,7 +136,7 @@ class FutureStore(Protocol):
 
     async def create(self, key: Key | None, n: int, job: Any = None, owner: str = "") -> Record:
         """A new pending record with `n` sequence ids and a fresh random request id
-        (`impl.server.ids`), owned by the caller NAME `owner` (`job`: the forward, kept by a
+        (`impl.server.store.ids`), owned by the caller NAME `owner` (`job`: the forward, kept by a
         shared store so that another process can take it over)."""
 
     async def get(self, request_id: str) -> Record | None: ...

@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from impl.server.ids import new_id
 from impl.server.store import (
     DONE,
     FAILED,
@@ -30,6 +29,7 @@ from impl.server.store import (
 )
 from impl.server.store.completions import Entry, SessionLogs, Target, target_of
 from impl.server.store.held import AT_ONCE, HOLD_EXPIRED, RELEASED, WOKEN, HeldPolls, settle
+from impl.server.store.ids import new_id
 
 
 class MemoryStore:

@@ -178,8 +178,8 @@ def test_shared_sessions_answer_another_owner_as_unknown(engine):
 
 def test_ids_never_count():
     """Consecutive ids share no prefix a counter would leave (and os.urandom is their source)."""
-    from impl.server import ids as id_module
-    from impl.server.ids import new_id
+    from impl.server.store import ids as id_module
+    from impl.server.store.ids import new_id
 
     ids = [new_id() for _ in range(200)]
     assert len(set(ids)) == 200 and len({i[0] for i in ids}) > 20  # not one prefix

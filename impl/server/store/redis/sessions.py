@@ -6,7 +6,7 @@ NAME, its sampling session ids separated by spaces); `{p}ss:<sampling_session_id
 `"<owner> <base model>"`. Every call carries the asking caller's NAME, and another caller's
 session answers as an unknown one (the scripts compare `o`; `base_model` compares the cached
 owner), so the routes' 404s cannot tell them apart. Session ids are random
-(`impl.server.ids`). Sampling sessions never change once created, so each process caches
+(`impl.server.store.ids`). Sampling sessions never change once created, so each process caches
 their owner and base model: asample, the hot call, reads the engine only on a cache miss. A
 session finished in another process stays in this process's cache (its already-submitted
 samples stay retrievable, as with the memory store).
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from impl.server.ids import new_id
+from impl.server.store.ids import new_id
 from impl.server.store.redis.scripts import guard
 from impl.server.store.redis.store import RedisStore
 

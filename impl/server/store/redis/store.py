@@ -15,7 +15,7 @@ record is one Lua script, so it is atomic across processes and costs one round t
 - The record's field `o` is the NAME of the caller that submitted it (`Record.owner`), and
   the stats hash's field `o:<NAME>` counts that caller's pending samples (CREATE adds one,
   FINISH takes it away), read with the other counters every refresh (`outstanding_of`).
-  Request ids are random (`impl.server.ids`), so a caller cannot count its way to another's.
+  Request ids are random (`impl.server.store.ids`), so a caller cannot count its way to another's.
 - `{p}pending` is a sorted set of pending request ids scored by their owner's lease deadline
   (ms). The owner renews the leases of its forwards every `lease / 4` seconds in one ZADD; every
   process reaps leases that lapsed (its owner was killed) by claiming them in a script and
@@ -54,7 +54,6 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from impl.server.ids import new_id
 from impl.server.store import (
     DONE,
     FAILED,
@@ -67,6 +66,7 @@ from impl.server.store import (
 from impl.server.store import StoreUnavailable as StoreUnavailable
 from impl.server.store.completions import CLONE_BLOCK
 from impl.server.store.held import AT_ONCE, HOLD_EXPIRED, RELEASED, HeldPolls, settle
+from impl.server.store.ids import new_id
 from impl.server.store.redis import scripts as lua
 from impl.server.store.redis.background import StoreBackground
 from impl.server.store.redis.completions import SCRIPTS as SESSION_SCRIPTS
