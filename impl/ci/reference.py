@@ -1,7 +1,7 @@
 """The fixed commit the end-to-end stage also compares HEAD with: named in `.ci/reference`.
 
 Comparing each commit only with its parent lets a loss through that comes in steps each under
-the stage's line (five commits of 1.06x are 1.34x together). So the stage also runs HEAD against
+the stage's line, however far they add up. So the stage also runs HEAD against
 one fixed commit, the reference, and fails when HEAD is slower than it beyond the same line:
 the cumulative loss. The reference is named in one committed file, `.ci/reference`: its first
 line that is neither blank nor a `#` comment is the commit (any revision git resolves); the

@@ -153,3 +153,28 @@ def test_signed_rank_p_is_the_exact_distribution():
         )
         assert significance.signed_rank_p(values) == pytest.approx(at_least / len(signs))
     assert significance.signed_rank_p([0.0, 0.0]) == 1.0
+
+
+def test_the_demo_scales_its_delay_until_it_delivers_the_slowdown():
+    """A path whose server share is 40 percent: the first delay (F - 1) gives 1 + 0.4 (F - 1);
+    the correction scales it to deliver F; a delay that shows nothing is not scaled."""
+    from impl.ci import gate_demo_e2e
+
+    made: list[float] = []
+
+    def commit(extra: float) -> str:
+        made.append(extra)
+        return f"commit-{len(made)}"
+
+    def measure(commit: str) -> tuple[float, float]:
+        latency = 1 + 0.4 * made[int(commit.split("-")[1]) - 1]
+        return latency, latency
+
+    final, extra, steps = gate_demo_e2e.calibrate(1.5, commit, measure)
+    assert steps[0][:2] == (pytest.approx(0.5), pytest.approx(1.2))
+    assert final == "commit-2" and extra == pytest.approx(1.25)
+    assert steps[-1][1] == pytest.approx(1.5) and len(steps) == 2
+    made.clear()
+    flat = gate_demo_e2e.calibrate(1.5, commit, lambda c: (1.0, 1.0))
+    assert flat[0] == "commit-1" and len(flat[2]) == 1
+    assert "0.75" in gate_demo_e2e.patch(1.5, 0.75) and "0.5" in gate_demo_e2e.patch(1.5)
