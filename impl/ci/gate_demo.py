@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gate-demo: repository {repo}, base {base[:8]} (snapshot of {ROOT})")
     shown = ", ".join(f"{case} {commit[:8]}" for case, commit in commits.items())
     print(f"gate-demo: picked decoder {picked} ({module}); commits {shown}")
-    gated = "the whole gate subset" if args.all_benchmarks else f"--only {options[-1]}"
+    gated = "the whole gate subset" if args.all_benchmarks else f"--only {options[1]}"
     reuse = "counted afresh" if not cache else f"cached in {cache}"
     print(f"gate-demo: each gate run gates {gated}; instruction counts {reuse}")
     for case in [c for c in made if c not in ("unchanged", "e2e")]:

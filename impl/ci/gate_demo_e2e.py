@@ -12,15 +12,16 @@ submit, the result's parse and check, its event loop, the loopback hops), which 
 sleep lengthens, so the sample grows 1 + (F - 1) x s times for a server share s. The demo
 therefore measures what it injects (`achieved`: the stage's own side-by-side rounds, the
 unchanged snapshot against the commit) and, when that falls short of F, scales the delay by
-(F - 1) / (achieved - 1) and measures again (`calibrate`, at most `CORRECTIONS` times), so the
-commit the gate judges is F times slower end to end as measured here; both figures print
-beside the gate's verdicts.
+(F - 1) / (achieved - 1) (the share averaged over the measurements) and measures again
+(`calibrate`, at most `CORRECTIONS` times), so that the commit the gate judges is F times
+slower end to end as measured here; both figures print beside the gate's verdicts.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from typing import Any
 #: the module the patch is appended to
 MODULE = "impl/server/routes/sampling.py"
 #: rounds of a measurement of the achieved slowdown, and how often the delay is corrected
-ROUNDS, CORRECTIONS = 3, 2
+ROUNDS, CORRECTIONS = 5, 2
 #: achieved within this fraction of the asked slowdown's excess: no correction
 CLOSE_ENOUGH = 0.1
 
@@ -114,7 +115,10 @@ def calibrate(
 ) -> tuple[str, float, list[tuple[float, float, float]]]:
     """The e2e commit whose measured p50 slowdown is `factor` (or as near as CORRECTIONS
     corrections get): (its hash, its delay, each measurement's (delay, p50, results/s)).
-    `commit(extra)` makes the commit with that delay; `measure(commit)` its achieved ratios."""
+    `commit(extra)` makes the commit with that delay; `measure(commit)` its achieved ratios.
+    Each correction sets the delay from the share of the latency it scales, (p50 - 1) / delay,
+    averaged over every measurement so far (each within 0.1 to 1), so that one noisy
+    measurement does not swing the next delay."""
     extra = factor - 1
     made = commit(extra)
     steps = [(extra, *measure(made))]
@@ -122,7 +126,8 @@ def calibrate(
         latency = steps[-1][1]
         if abs(latency - factor) <= CLOSE_ENOUGH * (factor - 1) or latency - 1 < 0.02:
             break  # close enough, or the delay does not show end to end at all
-        extra = min(extra * (factor - 1) / (latency - 1), 10 * (factor - 1))
+        shares = [min(max((p50 - 1) / delay, 0.1), 1.0) for delay, p50, _ in steps]
+        extra = (factor - 1) / statistics.fmean(shares)
         made = commit(extra)
         steps.append((extra, *measure(made)))
     return made, extra, steps
