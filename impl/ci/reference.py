@@ -82,7 +82,7 @@ def prepare(reference: Reference | None, base: str, head: str, workdir: Path) ->
     why it is not compared, printed (no reference, the base or HEAD itself, not in this
     repository, or its tree cannot be exported)."""
     if reference is None:
-        print("gate e2e: no reference (.ci/reference): HEAD is compared with the base only")
+        print("gate e2e: no reference (--reference none, or no .ci/reference): base only")
         return {"compared": False, "why": "no reference"}
     what = f"the reference {reference.rev} ({reference.source}: {reference.why or 'no why'})"
     sha = resolve(reference)
