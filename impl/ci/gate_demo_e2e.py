@@ -124,8 +124,8 @@ def calibrate(
     steps = [(extra, *measure(made))]
     for _ in range(CORRECTIONS):
         latency = steps[-1][1]
-        if abs(latency - factor) <= CLOSE_ENOUGH * (factor - 1) or latency - 1 < 0.02:
-            break  # close enough, or the delay does not show end to end at all
+        if abs(latency - factor) <= CLOSE_ENOUGH * (factor - 1):
+            break  # close enough
         shares = [min(max((p50 - 1) / delay, 0.1), 1.0) for delay, p50, _ in steps]
         extra = (factor - 1) / statistics.fmean(shares)
         made = commit(extra)

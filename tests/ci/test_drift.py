@@ -157,7 +157,8 @@ def test_signed_rank_p_is_the_exact_distribution():
 
 def test_the_demo_scales_its_delay_until_it_delivers_the_slowdown():
     """A path whose server share is 40 percent: the first delay (F - 1) gives 1 + 0.4 (F - 1);
-    the correction scales it to deliver F; a delay that shows nothing is not scaled."""
+    the correction scales it to deliver F; a measurement that shows nothing (noise) counts as
+    the smallest share, 0.1, and the delay is scaled, not kept."""
     from impl.ci import gate_demo_e2e
 
     made: list[float] = []
@@ -175,6 +176,6 @@ def test_the_demo_scales_its_delay_until_it_delivers_the_slowdown():
     assert final == "commit-2" and extra == pytest.approx(1.25)
     assert steps[-1][1] == pytest.approx(1.5) and len(steps) == 2
     made.clear()
-    flat = gate_demo_e2e.calibrate(1.5, commit, lambda c: (1.0, 1.0))
-    assert flat[0] == "commit-1" and len(flat[2]) == 1
+    flat = gate_demo_e2e.calibrate(1.2, commit, lambda c: (0.97, 1.0))
+    assert flat[0] == "commit-3" and [round(d, 3) for d, _, _ in flat[2]] == [0.2, 2.0, 2.0]
     assert "0.75" in gate_demo_e2e.patch(1.5, 0.75) and "0.5" in gate_demo_e2e.patch(1.5)
