@@ -122,7 +122,8 @@ def test_the_reference_file_names_one_commit(tmp_path):
     assert reference.named("v1").rev == "v1"
     assert reference.named(None, root=tmp_path) is None  # no file: no reference
     committed = reference.named(None)
-    assert committed is not None and reference.resolve(committed) is not None
+    assert committed is not None and committed.why  # the committed file: a commit and its why
+    assert all(c in "0123456789abcdef" for c in committed.rev)
 
 
 def test_the_rule_needs_the_line_and_the_test():
