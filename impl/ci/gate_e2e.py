@@ -21,17 +21,23 @@ results per second and the median latency of a sample.
   drives both at once, their client processes released together, so both meet the machine in
   the same seconds (runs one after the other, seconds apart, differ by more than the factor
   between two servers of the same commit on a loaded machine: docs/measurements.md). Per round,
-  HEAD/base of the p50 latency and base/HEAD of results/s (>1: HEAD is worse); the verdict is on the
-  median of the per-round ratios, so one round disturbed by another job does not decide. Beyond the
-  factor (1.3), or borderline (beyond its square root), as many rounds again, and the verdict on all
-  of them.
+  HEAD/base of the p50 latency and base/HEAD of results/s (>1: HEAD is worse). The verdict
+  (`impl.ci.e2e_verdict`): worse when the median of the per-round ratios is beyond the line
+  (1.15, `--factor`) and a signed-rank test over the paired rounds confirms it, so one round
+  disturbed by another job does not decide. Beyond the line's square root, as many rounds
+  again, and the verdict on all of them.
+- **Against the parent and a fixed reference.** Then HEAD is compared the same way with the
+  reference (`impl.ci.reference`: the commit `.ci/reference` names, `--reference REV`), which
+  catches a loss that came in steps each under the line. A reference this repository lacks or
+  cannot export or run is reported as not compared, saying why.
 
 `python -m impl.ci.gate_e2e --base REV --head REV` runs the stage alone (`make gate` runs it
 after the instruction counts; `--only e2e` runs only it); with `--preset NAME`, `--poll` and
 `--background-load F` it compares two commits' servers on any loadtest preset, one run after
 the other with a fresh server each (how the small-result latency bisection is re-measured).
-Exit 0: pass (or not compared: the base's server could not start); 1: slower end to end, or a
-sample lost or failed; 2: the stage could not run.
+Exit 0: pass (or not compared: the base's or the reference's server could not start); 1: slower
+end to end than the base or the reference, or a sample lost or failed; 2: the stage could not
+run.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,10 +54,11 @@ from typing import Any
 from impl.ci import repo
 from impl.ci import trees as commit_trees
 from impl.ci.e2e_rounds import NotStarted, Run, Servers, interleaved
-from impl.ci.stage import HOW_TO_ACCEPT, Row, is_accepted, judge, print_table
+from impl.ci.e2e_verdict import FACTOR, P_THRESHOLD, Judged, borderline, judge_rounds
+from impl.ci.reference import FILE, NONE, BadReference, Reference, named, prepare
+from impl.ci.stage import HOW_TO_ACCEPT, Row, is_accepted, print_table
 from impl.harness import presets, procs
 
-FACTOR = 1.3
 ROUNDS = 5
 #: 1000 small samples, 4 in flight (2 per client process), instant router, minimal bodies
 SCENARIO = presets.get("small-2048").with_overrides(
@@ -70,12 +78,19 @@ def ratios(runs: list[Run]) -> list[tuple[float, float]]:
     return out
 
 
+def judged(pairs: list[tuple[float, float]], factor: float) -> tuple[Judged, Judged]:
+    """The rule (`impl.ci.e2e_verdict`) on the latency ratios and on the throughput ratios."""
+    return (
+        judge_rounds([p for p, _ in pairs], factor),
+        judge_rounds([q for _, q in pairs], factor),
+    )
+
+
 def verdict(pairs: list[tuple[float, float]], factor: float) -> tuple[float, float, bool]:
-    """(median latency ratio, median throughput ratio, HEAD worse: either beyond the factor)."""
-    latency = statistics.median(p for p, _ in pairs)
-    throughput = statistics.median(q for _, q in pairs)
-    worse = any(judge(None, None, ratio, factor).fails for ratio in (latency, throughput))
-    return latency, throughput, worse
+    """(median latency ratio, median throughput ratio, HEAD worse: either figure worse by the
+    rule, beyond the line and confirmed by the test over the rounds)."""
+    latency, throughput = judged(pairs, factor)
+    return latency.ratio, throughput.ratio, latency.worse or throughput.worse
 
 
 class EndToEnd:
@@ -96,7 +111,10 @@ class EndToEnd:
     ) -> None:
         self.trees, self.flags, self.rounds, self.factor = trees, flags, rounds, factor
         self.scenario, self.fresh = scenario, fresh
-        self.title = f"end to end (fail beyond {factor}x, medians of the per-round ratios)"
+        self.title = (
+            f"end to end (fail beyond {factor}x and p < {P_THRESHOLD}, medians of the per-round "
+            "ratios)"
+        )
         self.runs: list[Run] = []
         self.first: list[Run] = []
 
@@ -107,8 +125,9 @@ class EndToEnd:
         try:
             self.runs = interleaved(servers, self.rounds, 0, self.scenario, at_once=at_once)
             self.first = list(self.runs)
+            figures = judged(ratios(self.runs), self.factor)
             latency, throughput, worse = verdict(ratios(self.runs), self.factor)
-            if worse or max(latency, throughput) > self.factor**0.5:
+            if borderline(figures, self.factor):
                 why = "slower than the factor" if worse else "borderline"
                 print(f"gate e2e: {why} ({latency:.2f}x latency, {throughput:.2f}x throughput), "
                       f"confirming with {self.rounds} more rounds", flush=True)  # fmt: skip
@@ -125,9 +144,9 @@ class EndToEnd:
 
 def rows(runs: list[Run], factor: float) -> list[Row]:
     """The stage's two rows: the p50 latency (ratio HEAD/base) and results/s (ratio base/HEAD),
-    each side's median over its rounds, the ratio the median of the per-round ratios."""
-    pairs = ratios(runs)
-    latency, throughput, _ = verdict(pairs, factor)
+    each side's median over its rounds, the ratio the median of the per-round ratios, the
+    verdict `impl.ci.e2e_verdict`'s."""
+    latency, throughput = judged(ratios(runs), factor)
 
     def median(side: str, value: str) -> float:
         return statistics.median(getattr(run, value) for run in runs if run.side == side)
@@ -135,9 +154,84 @@ def rows(runs: list[Run], factor: float) -> list[Row]:
     p50 = [median(side, "p50") * 1e3 for side in ("base", "HEAD")]
     rate = [median(side, "results_per_second") for side in ("base", "HEAD")]
     return [
-        Row("p50 latency (ms)", *p50, latency, judge(*p50, latency, factor)),
-        Row("results/s (base/HEAD)", *rate, throughput, judge(*rate, throughput, factor)),
+        Row("p50 latency (ms)", *p50, latency.ratio, latency.verdict),
+        Row("results/s (base/HEAD)", *rate, throughput.ratio, throughput.verdict),
     ]
+
+
+def compare(
+    base: str,
+    head: str,
+    trees: dict[str, Path],
+    *,
+    rounds: int,
+    factor: float,
+    scenario: Any,
+    fresh: bool,
+    what: str = "base",
+) -> tuple[int, dict[str, Any]]:
+    """Both servers in rounds, the table, the verdict: (0 pass or not compared, 1 slower or a
+    sample lost; the summary for --json). `what` names the base side in what is printed (the
+    base, or the reference)."""
+    started = time.monotonic()
+    flags = commit_trees.pins(list(trees.values()))
+    print(
+        f"gate e2e: {base[:8]} ({what}) vs {head[:8]} (HEAD), {rounds} interleaved rounds, "
+        f"{scenario.num_requests} samples, {scenario.max_outstanding} in flight, factor "
+        f"{factor}; servers with {' '.join(flags)}",
+        flush=True,
+    )
+    end_to_end = EndToEnd(
+        trees, flags, rounds=rounds, factor=factor, scenario=scenario, fresh=fresh
+    )
+    try:
+        end_to_end.measure()
+    except NotStarted as exc:
+        if exc.side == "base":
+            print(f"gate e2e: NOT COMPARED, the {what}'s server did not start: {exc}")
+            return 0, {"compared": False, "why": f"the {what}'s server did not start"}
+        print(f"gate e2e: FAIL - HEAD's server did not start: {exc}")
+        return 1, {"compared": False, "why": "HEAD's server did not start"}
+    except RuntimeError as exc:  # a run lost or failed samples
+        print(f"gate e2e: FAIL - {exc}")
+        return 1, {"compared": False, "why": str(exc)}
+    runs = end_to_end.runs
+    pairs = ratios(runs)
+    latency, throughput = judged(pairs, factor)
+    worse = latency.worse or throughput.worse
+    shown = ", ".join(f"{p:.2f}/{q:.2f}" for p, q in pairs)
+    print(
+        f"gate e2e: per round HEAD/{what} p50 latency / {what}/HEAD results/s: {shown}; medians "
+        f"{latency.ratio:.2f}x latency (p {latency.p:.3g}), {throughput.ratio:.2f}x throughput "
+        f"(p {throughput.p:.3g}) ({time.monotonic() - started:.0f} s)"
+    )
+    title = end_to_end.title if what == "base" else f"against the reference, {end_to_end.title}"
+    print_table(title, end_to_end.compare(), what="figure")
+    summary = {
+        "compared": True,
+        "base": base,
+        "head": head,
+        "factor": factor,
+        "latency_ratio": latency.ratio,
+        "throughput_ratio": throughput.ratio,
+        "latency_p": latency.p,
+        "throughput_p": throughput.p,
+        "failed": worse,
+        "pairs": pairs,
+        "first_run_pairs": ratios(end_to_end.first),
+        "runs": [{k: v for k, v in vars(run).items() if k != "summary"} for run in runs],
+    }
+    if worse:
+        print(
+            f"gate e2e: FAIL - HEAD's server is slower end to end than the {what}'s beyond "
+            f"{factor}x (p50 latency {latency.ratio:.2f}x, results/s {throughput.ratio:.2f}x)"
+        )
+        return 1, summary
+    print(
+        f"gate e2e: PASS - p50 latency {latency.ratio:.2f}x, results/s {throughput.ratio:.2f}x "
+        f"the {what}'s"
+    )
+    return 0, summary
 
 
 def stage(
@@ -150,93 +244,74 @@ def stage(
     json_path: Path | None = None,
     scenario: Any = SCENARIO,
     fresh: bool = False,
+    reference: Reference | None = None,
 ) -> int:
     """The stage (see the module docstring): 0 pass or not compared, 1 slower, 2 could not run.
     `scenario`: another load than the gate's (`--preset`, for comparisons by hand); `fresh`: a
-    new server for every run."""
-    started = time.monotonic()
+    new server for every run; `reference`: also compare HEAD with it (`impl.ci.reference`)."""
     workdir = workdir or repo.ROOT / ".asv" / "e2e"
-    trees = {
-        "base": commit_trees.tree_of(base, workdir),
-        "HEAD": commit_trees.tree_of(head, workdir),
-    }
-    flags = commit_trees.pins(list(trees.values()))
-    print(
-        f"gate e2e: {base[:8]} (base) vs {head[:8]} (HEAD), {rounds} interleaved rounds, "
-        f"{scenario.num_requests} samples, {scenario.max_outstanding} in flight, factor "
-        f"{factor}; servers with {' '.join(flags)}",
-        flush=True,
-    )
-    end_to_end = EndToEnd(
-        trees, flags, rounds=rounds, factor=factor, scenario=scenario, fresh=fresh
-    )
-    try:
-        end_to_end.measure()
-    except NotStarted as exc:
-        if exc.side == "base":
-            print(f"gate e2e: not compared, the base's server did not start: {exc}")
-            return 0
-        print(f"gate e2e: FAIL - HEAD's server did not start: {exc}")
-        return 1
-    except RuntimeError as exc:  # a run lost or failed samples
-        print(f"gate e2e: FAIL - {exc}")
-        return 1
-    runs = end_to_end.runs
-    pairs = ratios(runs)
-    latency, throughput, worse = verdict(pairs, factor)
-    shown = ", ".join(f"{p:.2f}/{q:.2f}" for p, q in pairs)
-    print(
-        f"gate e2e: per round HEAD/base p50 latency / base/HEAD results/s: {shown}; medians "
-        f"{latency:.2f}x latency, {throughput:.2f}x throughput ({time.monotonic() - started:.0f} s)"
-    )
-    print_table(end_to_end.title, end_to_end.compare(), what="figure")
-    if json_path is not None:
-        json_path.write_text(
-            json.dumps(
-                {
-                    "base": base,
-                    "head": head,
-                    "factor": factor,
-                    "latency_ratio": latency,
-                    "throughput_ratio": throughput,
-                    "failed": worse,
-                    "pairs": pairs,
-                    "first_run_pairs": ratios(end_to_end.first),
-                    "runs": [
-                        {k: v for k, v in vars(run).items() if k != "summary"} for run in runs
-                    ],
-                },
-                indent=1,
+    head_tree = commit_trees.tree_of(head, workdir)
+    options = {"rounds": rounds, "factor": factor, "scenario": scenario, "fresh": fresh}
+    trees = {"base": commit_trees.tree_of(base, workdir), "HEAD": head_tree}
+    status, summary = compare(base, head, trees, **options)
+    summary["base_status"] = status
+    summary["reference"] = drift = prepare(reference, base, head, workdir)
+    if "tree" in drift:
+        print(flush=True)
+        trees = {"base": drift.pop("tree"), "HEAD": head_tree}
+        try:
+            ref_status, compared = compare(
+                drift["commit"], head, trees, **options, what="reference"
             )
-            + "\n"
-        )
-    if worse:
-        print(
-            f"gate e2e: FAIL - HEAD's server is slower end to end by more than {factor}x "
-            f"(p50 latency {latency:.2f}x, results/s {throughput:.2f}x)"
-        )
-        return 1
-    print(f"gate e2e: PASS - p50 latency {latency:.2f}x, results/s {throughput:.2f}x the base's")
-    return 0
+        except subprocess.CalledProcessError as exc:  # its impl does not import here
+            print(f"gate e2e: NOT COMPARED with the reference: its tree cannot run: {exc}\n"
+                  f"{(exc.stderr or '')[-1500:]}")  # fmt: skip
+            ref_status, compared = 0, {"compared": False, "why": f"cannot run: {exc}"}
+        drift.update(compared, status=ref_status)
+        status = max(status, ref_status)
+    if json_path is not None:
+        json_path.write_text(json.dumps(summary, indent=1) + "\n")
+    return status
 
 
 def in_gate(base: str, head: str, args: Any, accepted: list[str]) -> tuple[int, dict[str, Any]]:
     """The stage as `impl.ci.gate` runs it: (exit status, the summary its --json keeps). A
-    `Gate-accept: e2e` line between base and HEAD accepts an intended slowdown."""
+    `Gate-accept: e2e` line between base and HEAD accepts an intended slowdown against the base;
+    one against the reference is accepted by moving the reference (`.ci/reference`)."""
     if args.compare_only:
         print("gate: the end-to-end stage is measured afresh, not with --compare-only")
         return 0, {}
+    try:
+        reference = named(getattr(args, "reference", None))
+    except BadReference as exc:
+        print(f"gate e2e: {exc}", file=sys.stderr)
+        return 2, {}
     print(flush=True)
     path = repo.ROOT / ".asv" / "gate-e2e.json"
     path.unlink(missing_ok=True)
-    status = stage(base, head, rounds=args.e2e_rounds, factor=args.e2e_factor, json_path=path)
+    status = stage(
+        base,
+        head,
+        rounds=args.e2e_rounds,
+        factor=args.e2e_factor,
+        json_path=path,
+        reference=reference,
+    )
     summary = json.loads(path.read_text()) if path.exists() else {}
     path.unlink(missing_ok=True)
-    if status == 1 and is_accepted("e2e", None, accepted):
+    against_base = summary.get("base_status", status)
+    drifted = (summary.get("reference") or {}).get("status") == 1
+    if against_base == 1 and is_accepted("e2e", None, accepted):
         print("gate: slower end to end but accepted by commit message (Gate-accept: e2e)")
-        status = 0
-    elif status == 1:
+        against_base = 0
+    elif against_base == 1:
         print(HOW_TO_ACCEPT.format(example="e2e"))
+    if drifted:
+        print(
+            "gate: slower than the reference: if the loss is intended, move the reference "
+            f"({FILE}: the commit, and why) in a commit of its own, and run the gate again"
+        )
+    status = 1 if against_base == 1 or drifted else max(against_base, status)
     summary["status"] = status
     return status, summary
 
@@ -252,7 +327,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=ROUNDS, help=f"rounds per side (>= 3, default {ROUNDS})"
     )
-    parser.add_argument("--factor", type=float, default=FACTOR, help="slowdown that fails")
+    parser.add_argument(
+        "--factor",
+        type=float,
+        default=FACTOR,
+        help=f"the line a slowdown must pass, with the test over the rounds (default {FACTOR})",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="REV",
+        help="also compare HEAD with this commit (default: the one .ci/reference names; without "
+        "--preset only); none: compare with the base only",
+    )
     parser.add_argument("--json", type=Path, help="write the runs and the verdict here")
     parser.add_argument(
         "--preset",
@@ -276,6 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     base = repo.git("rev-parse", "--verify", args.base or f"{head}^")
     scenario = presets.get(args.preset) if args.preset else SCENARIO
     scenario = scenario.with_overrides(poll=args.poll)
+    try:
+        option = args.reference or (NONE if args.preset else None)
+        reference = named(option)
+    except BadReference as exc:
+        parser.error(str(exc))
     from impl.harness import burner
 
     with burner.running(args.background_load, seconds=3 * 3600):
@@ -287,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             json_path=args.json,
             scenario=scenario,
             fresh=args.preset is not None,
+            reference=reference,
         )
 
 

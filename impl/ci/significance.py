@@ -14,6 +14,10 @@ depends on no private asv function:
   - otherwise the two 99% confidence intervals (`ci_99_a`, `ci_99_b`) must not overlap.
 - A result without statistics (a `track_` figure: one value) is judged by the factor alone.
 
+The end-to-end stage's rounds are paired (both commits run in the same seconds), so its rule
+(`impl.ci.e2e_verdict`) asks a paired test instead: `signed_rank_p`, the one-sided exact
+Wilcoxon signed-rank test of the per-round differences (ties share their mean rank).
+
 `tests/ci/test_significance.py` checks these verdicts case by case and against asv's.
 """
 
@@ -116,3 +120,28 @@ def better(
     if statistics and not differ(a_samples, b_samples, a_stats or {}, b_stats or {}):
         return False
     return a < b / factor
+
+
+def signed_rank_p(differences: Sequence[float]) -> float:
+    """The one-sided exact p-value of the Wilcoxon signed-rank test that `differences` are
+    centred above 0: P(W+ >= observed) over the 2^n equally likely signs (zeros dropped, ties
+    given their mean rank). 1.0 for no non-zero difference."""
+    values = sorted((abs(d), d > 0) for d in differences if d != 0 and not math.isnan(d))
+    n = len(values)
+    if n == 0:
+        return 1.0
+    doubled: list[int] = []  # ranks times 2, so that the mean rank of a tie is an integer
+    i = 0
+    while i < n:
+        j = i
+        while j < n and values[j][0] == values[i][0]:
+            j += 1
+        doubled += [i + j + 1] * (j - i)  # 2 x the mean of ranks i+1 .. j
+        i = j
+    observed = sum(rank for rank, (_, positive) in zip(doubled, values, strict=True) if positive)
+    ways = [0] * (sum(doubled) + 1)  # ways[s]: sign assignments whose positive ranks sum to s
+    ways[0] = 1
+    for rank in doubled:
+        for total in range(len(ways) - 1, rank - 1, -1):
+            ways[total] += ways[total - rank]
+    return sum(ways[observed:]) / 2**n

@@ -19,25 +19,27 @@ def _run(side: str, round_: int, rps: float, p50: float) -> e2e_rounds.Run:
 
 
 def test_verdict_takes_the_median_of_the_per_round_ratios():
-    """Three rounds: one disturbed round (3x) does not fail an unchanged commit; a consistent
+    """Five rounds: one disturbed round (3x) does not fail an unchanged commit; a consistent
     1.5x does; the throughput ratio counts as much as the latency ratio."""
     unchanged = [
         _run("base", 0, 500, 0.030), _run("HEAD", 0, 490, 0.031),
         _run("HEAD", 1, 160, 0.090), _run("base", 1, 480, 0.030),  # another job's burst
         _run("base", 2, 510, 0.029), _run("HEAD", 2, 505, 0.029),
+        _run("base", 3, 500, 0.030), _run("HEAD", 3, 495, 0.0305),
+        _run("HEAD", 4, 500, 0.0295), _run("base", 4, 505, 0.030),
     ]  # fmt: skip
     pairs = gate_e2e.ratios(unchanged)
-    assert len(pairs) == 3 and pairs[1][0] == pytest.approx(3.0)
-    latency, throughput, worse = gate_e2e.verdict(pairs, 1.3)
-    assert not worse and latency == pytest.approx(31 / 30) and throughput < 1.1
+    assert len(pairs) == 5 and pairs[1][0] == pytest.approx(3.0)
+    latency, throughput, worse = gate_e2e.verdict(pairs, 1.15)
+    assert not worse and latency == pytest.approx(0.0305 / 0.030) and throughput < 1.1
     slow = [_run(r.side, r.round, r.results_per_second, r.p50) for r in unchanged]
     for run in slow:
         if run.side == "HEAD":
             run.p50 = 1.5 * next(b.p50 for b in slow if b.side == "base" and b.round == run.round)
-    assert gate_e2e.verdict(gate_e2e.ratios(slow), 1.3)[2]
+    assert gate_e2e.verdict(gate_e2e.ratios(slow), 1.15)[2]
     fewer = [_run(r.side, r.round, r.results_per_second / 1.4, r.p50) for r in unchanged]
     fewer = [r if r.side == "HEAD" else unchanged[i] for i, r in enumerate(fewer)]
-    assert gate_e2e.verdict(gate_e2e.ratios(fewer), 1.3)[2]  # results/s fell 1.4x
+    assert gate_e2e.verdict(gate_e2e.ratios(fewer), 1.15)[2]  # results/s fell 1.4x
 
 
 def test_a_round_missing_a_side_is_not_compared():
