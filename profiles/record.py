@@ -89,8 +89,7 @@ def block(commit: str) -> str:
         lines.append(f"[`{path.name}`]({path.name}) · [`{name}.svg`]({name}.svg)")
         lines.append("")
         lines.append("```")
-        command = facts.get("command") or f"hotpath profile {facts.get('target', '?')}"
-        lines.append(re.sub(r" --out \S+", "", command))
+        lines.append(facts.get("command") or f"hotpath profile {facts.get('target', '?')}")
         lines.append("```")
         lines.append("")
         described = ", ".join(
