@@ -10,6 +10,7 @@ SIGKILL), and its dir removed, pass or fail. A node's cluster bus is its port + 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -23,6 +24,12 @@ import redis
 
 #: a primary is deemed failed after this many ms without an answer (the replica takes over)
 NODE_TIMEOUT_MS = 2000
+
+
+def _die_with_parent() -> None:
+    """In a node before exec: SIGKILL when the test process dies (even a stopped node)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def cli() -> str | None:
@@ -78,7 +85,9 @@ class Node:
             "--logfile", os.path.join(self.directory, "node.log"),
             *self.extra,
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent
+        )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -96,14 +105,17 @@ class Node:
         return self.process is not None and self.process.poll() is None
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` by PID; wait for the end when it is SIGKILL or SIGTERM."""
         if self.alive():
             os.kill(self.pid, sig)
-            self.process.wait(10)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                self.process.wait(10)
 
     def stop(self) -> None:
-        """SIGTERM by PID, SIGKILL after 10 s."""
+        """SIGTERM by PID (SIGCONT first: a stopped node would not see it), SIGKILL after 10 s."""
         if not self.alive():
             return
+        os.kill(self.pid, signal.SIGCONT)
         os.kill(self.pid, signal.SIGTERM)
         try:
             self.process.wait(10)
@@ -227,4 +239,3 @@ def running(binary: str, **options: int):
         yield cluster
     finally:
         cluster.stop()
-

@@ -126,6 +126,7 @@ def _run(name: str, cluster, tmp_path, fault, *extra: str) -> dict:
     run = _loadtest(cluster, tmp_path, *extra)
     faulting.join(30)
     summary, store = run["summary"], (run["healthz"] or {}).get("store") or {}
+    backend = (run["healthz"] or {}).get("store_backend") or {}
     figures = {
         **faulting.done,
         "completed": summary["completed"],
@@ -134,6 +135,7 @@ def _run(name: str, cluster, tmp_path, fault, *extra: str) -> dict:
         "retries": summary["retries"],
         "results_per_second": round(summary["results_per_second"], 1),
         **{k: store.get(k) for k in ("takeovers", "finished_twice", "reforwards", "pending")},
+        "waits_one_process": backend.get("waits"),
     }
     FIGURES[name] = figures
     print(f"\n{name}: {json.dumps(figures)}")
@@ -154,6 +156,7 @@ def test_with_acks_from_a_replica_a_killed_primary_needs_no_reforward(cluster, t
         "cluster primary kill -9, --store-ack-replicas 1", cluster, tmp_path,
         _kill_busiest_primary_and_start_it_again, "--server-arg=--store-ack-replicas=1",
     )  # fmt: skip
+    assert figures["waits_one_process"], figures  # the writes did wait for a replica
     assert not figures["reforwards"], figures
 
 

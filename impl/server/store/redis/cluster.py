@@ -38,9 +38,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
-from impl.server.store import Key, Record, Retention
+from impl.server.store import Key, Record, Retention, StoreUnavailable
 from impl.server.store.redis import scripts as lua
 from impl.server.store.redis import slots
 from impl.server.store.redis.cluster_pipeline import ClusterPipeline, Topology
@@ -87,27 +87,33 @@ class ClusterHealth(StoreHealth):
     def _connect(self) -> Any:
         import redis
 
-        self.known = [self.url]
-        return redis.RedisCluster.from_url(
+        client = redis.RedisCluster.from_url(
             self.url, socket_timeout=self.timeout, socket_connect_timeout=self.timeout
         )
+        self.known = [n.name for n in client.get_nodes()]
+        return client
 
     def _ping(self, client: Any) -> Any:
         import redis
 
-        if client is None:
-            client = self._rebuild()
-        client.ping(target_nodes=redis.RedisCluster.PRIMARIES)
+        if isinstance(client, _Unbuilt):
+            try:
+                client = self._rebuild()
+            except redis.RedisClusterException as exc:  # no node known answers
+                raise redis.ConnectionError(str(exc)) from exc
+        try:
+            client.ping(target_nodes=redis.RedisCluster.PRIMARIES)
+        except redis.RedisClusterException as exc:  # its slot table found no node answering
+            raise redis.ConnectionError(str(exc)) from exc
         self.known = [n.name for n in client.get_nodes()]
         return client
 
     def _reset(self, client: Any) -> Any:
         """A node failed: read the slot table again, from any node known (its replica may
-        have been promoted); None (rebuilt at the next ping) while no table covers every slot."""
+        have been promoted), rebuilt at the next ping."""
         with contextlib.suppress(Exception):
-            if client is not None:
-                client.close()
-        return None
+            client.close()
+        return _Unbuilt()
 
     def _rebuild(self) -> Any:
         import redis
@@ -119,6 +125,13 @@ class ClusterHealth(StoreHealth):
         return redis.RedisCluster(
             startup_nodes=nodes, socket_timeout=self.timeout, socket_connect_timeout=self.timeout
         )
+
+
+class _Unbuilt:
+    """The ping thread's client until the slot table is read again."""
+
+    def close(self) -> None:
+        pass
 
 
 class ClusterStore(RedisStore):
@@ -145,6 +158,7 @@ class ClusterStore(RedisStore):
         self.failover_at: float | None = None
         self.primaries: dict[int, str] = {}  # group -> its primary's address
         self._subscribed = asyncio.Event()  # set: the subscriptions must be made again
+        self._closing = False
 
     # -- what RedisStore asks of its subclass ----------------------------------------------
     def _clients(self, url: str, connections: int) -> tuple[Any, Any]:
@@ -223,6 +237,12 @@ class ClusterStore(RedisStore):
             self.primaries = self._group_primaries()
         await super().open()
 
+    def close(self) -> None:
+        # the listener ends by this flag too: closing a pubsub may swallow its cancellation
+        self._closing = True
+        self._subscribed.set()
+        super().close()
+
     async def aclose(self) -> None:
         await super().aclose()
         await self.topology.aclose()
@@ -230,7 +250,7 @@ class ClusterStore(RedisStore):
     async def _came_back(self) -> None:
         """Every primary answers again: read the slot table, and recover what a failover
         lost before calls resume."""
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(RedisError, RedisClusterException, OSError):
             await self.topology.refresh()
             await self._check_primaries()
 
@@ -269,9 +289,21 @@ class ClusterStore(RedisStore):
                 "process's writes there",
                 moved,
             )
-            await self.recovery.check(moved)
+            # after the calls resume (this may run while the store is still called away)
+            task = asyncio.get_running_loop().create_task(self._recover(moved))
+            self._tasks.append(task)
         if changed:
             self._subscribed.set()
+
+    async def _recover(self, groups: list[int]) -> None:
+        for _ in range(100):  # until the store is back (every primary answers)
+            if self.health.away is None:
+                break
+            await asyncio.sleep(0.1)
+        try:
+            await self.recovery.check(groups)
+        except (RedisError, OSError, StoreUnavailable):
+            self.health.count("recover")
 
     async def _watch_loop(self) -> None:
         while True:
@@ -281,17 +313,19 @@ class ClusterStore(RedisStore):
             try:
                 await self.topology.refresh()
                 await self._check_primaries()
-            except (RedisError, OSError):
+            except (RedisError, RedisClusterException, OSError):  # mid-failover: next round
                 self.health.count("slot_table")
 
     # -- background work, per group ----------------------------------------------------------
     async def _listen(self) -> None:
         """One SSUBSCRIBE connection per primary, for its groups' channels; made again when
         the slot table changes or a connection drops (every held poll then re-reads)."""
-        while True:
+        while not self._closing:
             subs: list[Any] = []
             readers: list[asyncio.Task[None]] = []
             try:
+                if self._closing:
+                    return
                 self._subscribed.clear()
                 by_node: dict[str, list[str]] = {}
                 for group, slot in enumerate(slots.SLOTS):
@@ -301,7 +335,8 @@ class ClusterStore(RedisStore):
                     host, port = name.rsplit(":", 1)
                     pubsub = self.topology.client(host, int(port)).pubsub()
                     subs.append(pubsub)
-                    await pubsub.ssubscribe(*channels)
+                    for channel in channels:  # one slot per SSUBSCRIBE
+                        await pubsub.ssubscribe(channel)
                     readers.append(asyncio.ensure_future(self._read_messages(pubsub)))
                 self.listening = True
                 self.wake_all()  # anything published while we were away: re-read

@@ -22,7 +22,7 @@ import contextlib
 from typing import Any
 
 from redis.crc import key_slot
-from redis.exceptions import AskError, MovedError, RedisError
+from redis.exceptions import AskError, MovedError, RedisClusterException, RedisError
 
 from impl.server.store import StoreUnavailable
 from impl.server.store.redis.pipeline import AutoPipeline
@@ -146,7 +146,7 @@ class ClusterPipeline(AutoPipeline):
                     elif isinstance(reply, AskError):
                         todo.append((i, reply.node_addr))
             if moved:
-                with contextlib.suppress(RedisError, OSError):
+                with contextlib.suppress(RedisError, RedisClusterException, OSError):
                     await self.topology.refresh()
             if not todo or attempt == REDIRECTS - 1:
                 break
