@@ -10,7 +10,6 @@ SIGKILL), and its dir removed, pass or fail. A node's cluster bus is its port + 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -24,12 +23,6 @@ import redis
 
 #: a primary is deemed failed after this many ms without an answer (the replica takes over)
 NODE_TIMEOUT_MS = 2000
-
-
-def _die_with_parent() -> None:
-    """In a node before exec: SIGKILL when the test process dies (even a stopped node)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def cli() -> str | None:
@@ -85,9 +78,9 @@ class Node:
             "--logfile", os.path.join(self.directory, "node.log"),
             *self.extra,
         ]  # fmt: skip
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent
-        )
+        # no parent-death signal: it follows the thread that started the node (a test's fault
+        # thread restarts nodes), so the fixture's finalizer stops every node by PID
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
