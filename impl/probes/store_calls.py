@@ -12,7 +12,8 @@ through a `RedisStore` in the order the routes call it, C samples at a time (one
 It counts, on the request path's connection pool, every round trip (one send of one command
 or one pipeline) and every command, and the client CPU per result. The counts are fixed by the
 code and by C (no timing); CPU is a measurement. Without `--url` it starts the embedded
-redis-server (Debian's `redis-server`).
+redis-server (Debian's `redis-server`). On a cluster URL it runs a `ClusterStore` and counts
+what its pipelines send (one round trip per node pipeline).
 """
 
 from __future__ import annotations
@@ -56,20 +57,24 @@ async def _waves(items: list[Any], concurrency: int, step: Any) -> list[Any]:
 async def measure(url: str, protocol: str, samples: int, concurrency: int) -> dict[str, Any]:
     """One protocol's counts per result (see the module docstring)."""
     from impl.server.store import Retention
+    from impl.server.store.redis import cluster
     from impl.server.store.redis.store import RedisStore
 
     retention = Retention(
         completed_ttl=600.0, retrieved_ttl=60.0, max_outstanding=1 << 30, max_result_bytes=1 << 40
     )
-    store = RedisStore(
-        url,
-        retention,
-        to_json=lambda b: b"{}",
-        prefix=f"calls{uuid.uuid4().hex[:8]}:",
-    )
-    counts = count_calls(store)
-    await store.pipe.load()  # a connection, and the scripts loaded (as `open` does)
-    counts.update(round_trips=0, commands=0)
+    on_cluster = cluster.is_cluster(url)
+    kind = cluster.ClusterStore if on_cluster else RedisStore
+    store = kind(url, retention, to_json=lambda b: b"{}", prefix=f"calls{uuid.uuid4().hex[:8]}:")
+    if on_cluster:  # a cluster's pipelines count their own sends (one per node)
+        await store.client.initialize()
+        await store.pipe.load()
+        counts = store.pipe.__dict__  # round_trips, commands
+        store.pipe.round_trips = store.pipe.commands = 0
+    else:
+        counts = count_calls(store)
+        await store.pipe.load()  # a connection, and the scripts loaded (as `open` does)
+        counts.update(round_trips=0, commands=0)
     session = f"bench-{uuid.uuid4().hex[:8]}:sample:0"
     payload = b"x" * 200
     began = time.process_time()

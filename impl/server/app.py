@@ -129,8 +129,24 @@ def _store(settings: Settings, encoder: Any) -> FutureStore:
         session_batch_size=settings.session_batch,
     )
     if settings.store_kind() == "url":  # `embedded` was resolved to its URL by `serve`
+        from impl.server.store.redis import cluster
         from impl.server.store.redis.store import RedisStore
 
+        if cluster.is_cluster(settings.store):
+            return cluster.ClusterStore(
+                settings.store,
+                retention,
+                to_json=impl.encode.proto_to_json,
+                ack_replicas=settings.store_ack_replicas,
+                lease=settings.store_lease,
+                prefix=settings.store_prefix,
+                timeout=settings.store_timeout,
+            )
+        if settings.store_ack_replicas:
+            raise ValueError(
+                "--store-ack-replicas needs a Redis/Valkey Cluster store; "
+                f"{settings.store} is a single engine"
+            )
         return RedisStore(
             settings.store,
             retention,
@@ -185,9 +201,13 @@ async def lifespan(
     )
     sessions: Any = Sessions()
     if settings.store_kind() == "url":  # shared sessions; forwards of a process gone come here
+        from impl.server.store.redis.cluster import ClusterStore
+        from impl.server.store.redis.cluster_sessions import ClusterSessions
         from impl.server.store.redis.sessions import RedisSessions
 
-        sessions = RedisSessions(store)
+        sessions = (
+            ClusterSessions(store) if isinstance(store, ClusterStore) else RedisSessions(store)
+        )
         store.on_takeover = forwards.take_over
     state = State(
         settings,

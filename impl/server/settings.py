@@ -268,6 +268,12 @@ class Settings:
     store_prefix: str = _opt(
         "hotpath:", "prefix of every key in the shared store (two deployments on one engine)"
     )
+    store_ack_replicas: int = _opt(
+        0,
+        "on a Redis/Valkey Cluster: a create and a finish answer only once this many replicas "
+        "have them (WAIT); 0 answers at once, and a failover may lose the last writes, which "
+        "each process then finds and writes again (docs/shared-store.md)",
+    )
     store_timeout: float = _opt(
         1.0,
         "seconds the shared store may take to answer a health ping (every 0.2 s): past it the "
@@ -320,6 +326,8 @@ class Settings:
                 f"max_id_length must be >= {MIN_ID_LENGTH} (the ids this server hands out are up "
                 f"to 61 characters long), got {self.max_id_length!r}"
             )
+        if self.store_ack_replicas < 0:
+            raise ValueError(f"store_ack_replicas must be >= 0, got {self.store_ack_replicas!r}")
         if self.offloop_nice is not None and not 0 <= self.offloop_nice <= 19:
             raise ValueError(f"offloop_nice must be 0..19, got {self.offloop_nice!r}")
         if self.offloop_count is not None and self.offloop_count < 1:

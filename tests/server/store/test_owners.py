@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from impl.server.forward import Job
-from impl.server.offloop.inline import DecodeJob
+from impl.server.job import Job
+from impl.server.offloop.decoding import DecodeJob
 from impl.server.sessions import Sessions
 from impl.server.store import Retention
 from impl.server.store.memory import MemoryStore

@@ -44,6 +44,7 @@ from impl.server.store.completions import (
     cursor_base,
 )
 from impl.server.store.held import AT_ONCE, RELEASED, WOKEN, hold_until, settle
+from impl.server.store.redis.keys import Space
 from impl.server.store.redis.scripts import bucket, guard, now_ms
 
 # KEYS: meta hash, list. ARGV: clone, cursor, limit, batch size, pause floor ms, batch wait
@@ -149,10 +150,10 @@ class RedisSessionLogs:
         self.released = False  # shutdown: held polls answer at once
 
     def meta_key(self, sampling_session_id: str) -> str:
-        return f"{self.store.prefix}sl:{sampling_session_id}"
+        return self.store._space_for(sampling_session_id).meta(sampling_session_id)
 
     def list_key(self, target: Target) -> str:
-        return f"{self.store.prefix}sq:{target[1]}:{target[0]}"
+        return self.store._space_for(target[0]).log(target)
 
     def wake(self, target: Target, reason: str = WOKEN) -> None:
         for waiter in self.waiters.get(target, ()):
@@ -173,7 +174,8 @@ class RedisSessionLogs:
         """See `FutureStore.session_completions`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + hold
-        keys = [self.meta_key(target[0]), self.list_key(target)]
+        space = self.store._space_for(target[0])
+        keys = [space.meta(target[0]), space.log(target)]
         # what released the last wait: why this poll answers now
         reason = RELEASED if self.released else AT_ONCE
         while True:
@@ -192,7 +194,7 @@ class RedisSessionLogs:
                         self.batch_size,
                         self.pause_floor_ms,
                         self.batch_wait_ms,
-                        self.store.prefix + "r:",
+                        space.records,
                         int(final),
                         PAUSE_INTERVALS,
                     ],
@@ -219,17 +221,18 @@ class RedisSessionLogs:
 
     async def acknowledge(self, target: Target, request_ids: Iterable[str]) -> int:
         """See `FutureStore.acknowledge`: one script for every id of the poll."""
-        ids = list(request_ids)
+        store = self.store
+        space = store._space_for(target[0])
+        ids = store._ids_in(space, request_ids)
         if not ids:
             return 0
-        store = self.store
         return int(
             await store.pipe.script(
                 "acknowledge",
-                [store.bytes_key, store.stats_key],
+                [space.bytes, space.stats],
                 [
-                    store.prefix + "r:",
-                    store.prefix,
+                    space.records,
+                    space.prefix,
                     target[0],
                     target[1],
                     store.retrieved_ms,
@@ -245,15 +248,18 @@ class SessionPolling:
     """The store's side of retrieve_futures (a mixin of RedisStore)."""
 
     session_logs: RedisSessionLogs
-    no_key: str
     retrieved_ms: int
 
-    def _log_keys(self, key: Key | None) -> list[str]:
-        """The completion-log hash and list of `key`'s target (placeholders without a key)."""
+    def _log_keys(self, key: Key | None, space: Space) -> list[str]:
+        """The completion-log hash and list of `key`'s target, in `space` (placeholders
+        without a key)."""
         if key is None:
-            return [self.no_key, self.no_key]
-        logs = self.session_logs
-        return [logs.meta_key(key[0]), logs.list_key((key[0], key[1] // CLONE_BLOCK))]
+            return [space.no_key, space.no_key]
+        return [space.meta(key[0]), space.log((key[0], key[1] // CLONE_BLOCK))]
+
+    def _ids_in(self, space: Space, request_ids: Iterable[str]) -> list[str]:
+        """The ids whose records could live in `space` (all of them on one engine)."""
+        return list(request_ids)
 
     def retrieved_bucket(self) -> str:
         """The bytes bucket of a retrieved clock started now."""

@@ -86,22 +86,38 @@ class StoreHealth:
         if self._thread is not None:
             self._thread.join(self.timeout + 1.0)
 
-    def _run(self) -> None:
+    def _connect(self) -> Any:
+        """The ping thread's own client (blocking sockets, `timeout`)."""
         import redis
 
-        client = redis.Redis.from_url(
+        return redis.Redis.from_url(
             self.url,
             socket_timeout=self.timeout,
             socket_connect_timeout=self.timeout,
             driver_info=None,
         )
+
+    def _ping(self, client: Any) -> Any:
+        """One ping (a cluster's health pings every primary); the client to use next."""
+        client.ping()
+        return client
+
+    def _reset(self, client: Any) -> Any:
+        """After a failed ping: drop its connections; the client to use next."""
+        client.connection_pool.disconnect()
+        return client
+
+    def _run(self) -> None:
+        import redis
+
+        client = self._connect()
         try:
             while not self._stop.wait(self.interval):
                 try:
-                    client.ping()
+                    client = self._ping(client)
                 except (redis.RedisError, OSError) as exc:
                     with contextlib.suppress(redis.RedisError, OSError):
-                        client.connection_pool.disconnect()
+                        client = self._reset(client)
                     if isinstance(exc, redis.TimeoutError):
                         why = f"no answer within {self.timeout:g} s (stalled?)"
                     else:

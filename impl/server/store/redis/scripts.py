@@ -3,7 +3,9 @@
 Each script is one atomic change of a record and the structures that follow it (dedup key,
 pending set, byte buckets, counters), so a change costs one round trip and no process sees half
 of it. Keys are passed in KEYS except where a script derives a record key from a stored id
-(`_LOOKUP`), which a single engine allows; a Redis Cluster deployment would need hash tags.
+(LOOKUP, CREATE, the session scripts): it is built from a prefix passed in ARGV, which on a
+Redis Cluster carries the slot group's hash tag (keys.py), so a script touches one slot only.
+On a cluster the FINISH script publishes with SPUBLISH (sharded pub/sub, cluster.py).
 """
 
 from __future__ import annotations
@@ -66,11 +68,14 @@ return {value, exists}
 # engine's clock in ms (the batching rule reads when each arrived); the
 # message names the target too when its held poll's answer becomes due.
 # A result whose bytes are not there (the SET was refused: an engine at maxmemory takes a small
-# script after refusing a 2 MB SET) is not finished: -1, and the forward stores it again.
+# script after refusing a 2 MB SET) is not finished: -1, and the forward stores it again. No
+# record at all (an engine that lost it, a cluster's failover): -2, the store's to recover.
 FINISH = """
 if ARGV[2] == 'done' and redis.call('EXISTS', KEYS[6]) == 0 then return -1 end
-if redis.call('HGET', KEYS[1], 's') ~= 'pending' then
+local was = redis.call('HGET', KEYS[1], 's')
+if was ~= 'pending' then
   redis.call('HINCRBY', KEYS[5], 'finished_twice', 1)
+  if not was then return -2 end
   return 0
 end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'sz', ARGV[7], 'b', ARGV[5])

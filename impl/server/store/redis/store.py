@@ -72,6 +72,7 @@ from impl.server.store.redis.background import StoreBackground
 from impl.server.store.redis.completions import SCRIPTS as SESSION_SCRIPTS
 from impl.server.store.redis.completions import RedisSessionLogs, SessionPolling
 from impl.server.store.redis.health import StoreHealth
+from impl.server.store.redis.keys import Space
 from impl.server.store.redis.pipeline import AutoPipeline, settled
 from impl.server.store.redis.scripts import address, bucket, guard, now_ms, unkey
 
@@ -110,12 +111,14 @@ class RedisStore(SessionPolling, StoreBackground):
         self.lease_ms = int(lease * 1000)
         self.prefix = prefix
         self.refresh_interval = refresh_interval
-        self.client, self.control = lua.clients(url, connections)
-        self.pending_key = prefix + "pending"
-        self.bytes_key = prefix + "bytes"
-        self.stats_key = prefix + "stats"
-        self.channel = prefix + "done"
-        self.no_key = prefix + "k:-"
+        self.client, self.control = self._clients(url, connections)
+        #: the key names (one space on one engine; a cluster has one per slot group)
+        self.space = Space(prefix)
+        self.pending_key = self.space.pending
+        self.bytes_key = self.space.bytes
+        self.stats_key = self.space.stats
+        self.channel = self.space.channel
+        self.no_key = self.space.no_key
         texts = {
             "create": lua.CREATE,
             "lookup": lua.LOOKUP,
@@ -127,7 +130,7 @@ class RedisStore(SessionPolling, StoreBackground):
         }
         self.scripts = {"claim": self.client.register_script(lua.CLAIM)}  # the control path
         #: the request path's calls: one round trip per event-loop iteration
-        self.pipe = AutoPipeline(self.client, texts)
+        self.pipe = self._pipeline(texts)
         #: owner -> pending samples, every process's (refreshed) plus this one's since
         self.owners: dict[str, int] = {}
         self.waiters: dict[str, list[asyncio.Future[str]]] = {}
@@ -142,7 +145,7 @@ class RedisStore(SessionPolling, StoreBackground):
         self.view = {"pending": 0, "stored_bytes": 0, **dict.fromkeys(_COUNTERS, 0)}
         self.rtt_ms: float | None = None
         #: is the engine answering (a ping thread); calls fail at once while it is away
-        self.health = StoreHealth(url, self.address, timeout=timeout)
+        self.health = self._health(timeout)
         self.health.on_away = self._went_away
         self.health.on_back = self._came_back
         self._tasks: list[asyncio.Task[None]] = []
@@ -216,18 +219,39 @@ class RedisStore(SessionPolling, StoreBackground):
             "commands": self.pipe.commands,
         }
 
+    # -- what a cluster store replaces (cluster.py) ----------------------------------------
+    def _clients(self, url: str, connections: int) -> tuple[Any, Any]:
+        return lua.clients(url, connections)
+
+    def _pipeline(self, texts: dict[str, str]) -> AutoPipeline:
+        return AutoPipeline(self.client, texts)
+
+    def _health(self, timeout: float) -> StoreHealth:
+        return StoreHealth(self.url, self.address, timeout=timeout)
+
+    def _space_of(self, request_id: str) -> Space:
+        """The key space a request id's record lives in."""
+        return self.space
+
+    def _space_for(self, sampling_session_id: str | None) -> Space:
+        """The key space of a sampling session's records and logs."""
+        return self.space
+
+    def _new_id(self, key: Key | None) -> str:
+        """A request id nobody can guess (`impl.server.store.ids`); a cluster tags it."""
+        return new_id()
+
     # -- the interface ---------------------------------------------------------------------
     def _key(self, key: Key) -> str:
-        return f"{self.prefix}k:{key[1]}:{key[0]}"
+        return self._space_for(key[0]).dedup(key)
 
     def _record_key(self, request_id: str) -> str:
-        return f"{self.prefix}r:{request_id}"
+        return self._space_of(request_id).record(request_id)
 
     @guard
     async def lookup(self, key: Key) -> Record | None:
-        found = await self.pipe.script(
-            "lookup", [self._key(key), self.stats_key], [self.prefix + "r:"]
-        )
+        space = self._space_for(key[0])
+        found = await self.pipe.script("lookup", [space.dedup(key), space.stats], [space.records])
         if not found:
             return None
         request_id, n = found[0].decode().split(" ")
@@ -235,18 +259,21 @@ class RedisStore(SessionPolling, StoreBackground):
         record.state = DONE if not found[1] else PENDING  # a tombstone's poll gets 404
         return record
 
-    @guard
-    async def create(self, key: Key | None, n: int, job: Any = None, owner: str = "") -> Record:
-        request_id = new_id()
+    async def _create(
+        self, request_id: str, key: Key | None, n: int, job: Any, owner: str
+    ) -> list[Any] | None:
+        """CREATE `request_id` (owned by `owner`); what the script answers: None when created,
+        else the record that holds `key` already and whether it is pending."""
+        space = self._space_of(request_id)
         body, options = (b"", "") if job is None else job.pack()
-        existing = await self.pipe.script(
+        return await self.pipe.script(
             "create",
             [
-                self._key(key) if key else self.no_key,
-                self._record_key(request_id),
-                self.pending_key,
-                self.stats_key,
-                self._log_keys(key)[0],
+                space.dedup(key) if key else space.no_key,
+                space.record(request_id),
+                space.pending,
+                space.stats,
+                self._log_keys(key, space)[0],
             ],
             [
                 request_id,
@@ -255,12 +282,17 @@ class RedisStore(SessionPolling, StoreBackground):
                 now_ms() + self.lease_ms,
                 body,
                 options,
-                self.prefix + "r:",
+                space.records,
                 key[1] // CLONE_BLOCK if key else 0,
                 self.session_logs.base,
                 owner,
             ],
         )
+
+    @guard
+    async def create(self, key: Key | None, n: int, job: Any = None, owner: str = "") -> Record:
+        request_id = self._new_id(key)
+        existing = await self._create(request_id, key, n, job, owner)
         if existing:  # the key was claimed before (here or elsewhere): its record, not forwarded
             other, count = existing[0].decode().split(" ")
             record = Record(other, key, int(count))
@@ -276,8 +308,9 @@ class RedisStore(SessionPolling, StoreBackground):
         return await self._read(request_id)
 
     async def _read(self, request_id: str, record: Record | None = None) -> Record | None:
-        fields = self.pipe.call("HMGET", self._record_key(request_id), "s", "n", "k", "e", "o")
-        payload = self.pipe.call("GET", self._payload_key(request_id))
+        space = self._space_of(request_id)
+        fields = self.pipe.call("HMGET", space.record(request_id), "s", "n", "k", "e", "o")
+        payload = self.pipe.call("GET", space.payload(request_id))
         (state, n, key, error, owner), payload = await settled(fields, payload)
         if state is None:
             return None
@@ -289,7 +322,7 @@ class RedisStore(SessionPolling, StoreBackground):
         return record
 
     def _payload_key(self, request_id: str) -> str:
-        return f"{self.prefix}p:{request_id}"
+        return self._space_of(request_id).payload(request_id)
 
     async def complete(self, record: Record, payload: bytes) -> None:
         await self._finish(record, DONE, "", payload)
@@ -301,31 +334,32 @@ class RedisStore(SessionPolling, StoreBackground):
     async def _finish(self, record: Record, state: str, error: str, payload: Any) -> None:
         deadline = time.time() * 1000 + self.completed_ms
         size = len(payload) if payload is not None else len(error.encode())
+        space, request_id = self._space_of(record.request_id), record.request_id
         stored = None
         if payload is not None:  # the first generation's bytes win (a takeover's twin)
             stored = self.pipe.call(
-                "SET", self._payload_key(record.request_id), payload, "NX", "PX", self.completed_ms
+                "SET", space.payload(request_id), payload, "NX", "PX", self.completed_ms
             )
         # In the same pipeline, right after the SET: a reader between the two sees the record
         # still pending; a process killed between them leaves bytes that expire.
         finished = self.pipe.script(
             "finish",
             [
-                self._record_key(record.request_id),
-                self._key(record.key) if record.key else self.no_key,
-                self.pending_key,
-                self.bytes_key,
-                self.stats_key,
-                self._payload_key(record.request_id),
-                *self._log_keys(record.key),
+                space.record(request_id),
+                space.dedup(record.key) if record.key else space.no_key,
+                space.pending,
+                space.bytes,
+                space.stats,
+                space.payload(request_id),
+                *self._log_keys(record.key, space),
             ],
             [
-                record.request_id,
+                request_id,
                 state,
                 error,
                 self.completed_ms,
                 bucket(deadline),
-                self.channel,
+                space.channel,
                 size,
                 record.key[1] // CLONE_BLOCK if record.key else 0,
                 self.session_logs.batch_size,
@@ -334,6 +368,8 @@ class RedisStore(SessionPolling, StoreBackground):
             ],
         )
         outcome = (await settled(finished, *([stored] if stored is not None else [])))[0]
+        if outcome == -2:  # no record at all (an engine that lost it): the store's to recover
+            await self._finished_missing(record, state, error, payload)
         if outcome == -1:
             # the bytes were refused (engine full): the forward stores the result again
             raise StoreUnavailable(
@@ -346,11 +382,19 @@ class RedisStore(SessionPolling, StoreBackground):
         record.state = state
         self._wake(record.request_id)
 
+    async def _finished_missing(
+        self, record: Record, state: str, error: str, payload: bytes | None
+    ) -> None:
+        """A finish found no record (one engine: it lost its data; counted `finished_twice`,
+        like a finish of a record taken over and finished elsewhere)."""
+
     async def abandon(self, record: Record, message: str) -> None:
         """Hand the record over: its lease lapses now, so another process forwards it."""
         self.owned.discard(record.request_id)
         with contextlib.suppress(RedisError, OSError):
-            await self.client.zadd(self.pending_key, {record.request_id: 0}, xx=True)
+            await self.client.zadd(
+                self._space_of(record.request_id).pending, {record.request_id: 0}, xx=True
+            )
 
     @guard
     async def wait(self, record: Record, timeout: float) -> None:
@@ -404,8 +448,9 @@ class RedisStore(SessionPolling, StoreBackground):
 
     async def _derive_json(self, record: Record) -> bytes:
         text = await to_json_off_loop(self.to_json, record.payload)
+        space = self._space_of(record.request_id)
         await self.pipe.script(
-            "json", [self._record_key(record.request_id), self.bytes_key, self.stats_key], [text]
+            "json", [space.record(record.request_id), space.bytes, space.stats], [text]
         )
         return text
 
@@ -415,15 +460,16 @@ class RedisStore(SessionPolling, StoreBackground):
             self.health.count("delivered")
             return
         deadline = time.time() * 1000 + self.retrieved_ms
+        space = self._space_of(record.request_id)
         try:
             await self.pipe.script(
                 "delivered",
                 [
-                    self._record_key(record.request_id),
-                    self._key(record.key) if record.key else self.no_key,
-                    self.bytes_key,
-                    self.stats_key,
-                    self._payload_key(record.request_id),
+                    space.record(record.request_id),
+                    space.dedup(record.key) if record.key else space.no_key,
+                    space.bytes,
+                    space.stats,
+                    space.payload(record.request_id),
                 ],
                 [self.retrieved_ms, self.retrieved_ms + self.dedup_ms, bucket(deadline)],
             )
