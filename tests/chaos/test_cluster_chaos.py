@@ -25,10 +25,9 @@ import pytest
 
 redis = pytest.importorskip("redis", reason="the shared store needs redis-py: pip install redis")
 
-import _cluster  # noqa: E402
-
 from impl.harness import load  # noqa: E402
 from impl.server.store.redis import embedded, slots  # noqa: E402
+from tests.support import cluster as nodes  # noqa: E402
 from tests.support.engines import params  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
@@ -38,13 +37,13 @@ FIGURES: dict[str, dict] = {}
 
 @pytest.fixture(params=params())
 def cluster(request):
-    if _cluster.cli() is None:
+    if nodes.cli() is None:
         pytest.skip("redis-cli is missing: apt-get install redis-tools")
-    with _cluster.running(embedded.binaries()[request.param]) as running:
+    with nodes.running(embedded.binaries()[request.param]) as running:
         yield running
 
 
-def _pending(cluster: _cluster.Cluster) -> int:
+def _pending(cluster: nodes.Cluster) -> int:
     """Samples pending in the store, summed over the slot groups (0 while unreachable)."""
     with contextlib.suppress(redis.RedisError, OSError):
         client = redis.RedisCluster.from_url(cluster.url, socket_timeout=2)
@@ -58,7 +57,7 @@ def _pending(cluster: _cluster.Cluster) -> int:
 class Fault(threading.Thread):
     """Once `at_least` samples are pending, does `fault(cluster)` and notes what it did."""
 
-    def __init__(self, cluster: _cluster.Cluster, fault, at_least: int = 300) -> None:
+    def __init__(self, cluster: nodes.Cluster, fault, at_least: int = 300) -> None:
         super().__init__(daemon=True)
         self.cluster, self.fault, self.at_least = cluster, fault, at_least
         self.done: dict = {}
@@ -73,14 +72,14 @@ class Fault(threading.Thread):
             time.sleep(0.05)
 
 
-def _kill_busiest_primary(cluster: _cluster.Cluster) -> dict:
+def _kill_busiest_primary(cluster: nodes.Cluster) -> dict:
     node = cluster.busiest_primary()
     keys = node.client().dbsize()
     node.kill(signal.SIGKILL)
     return {"killed": "primary", "port": node.port, "its_keys": keys}
 
 
-def _kill_busiest_primary_and_start_it_again(cluster: _cluster.Cluster) -> dict:
+def _kill_busiest_primary_and_start_it_again(cluster: nodes.Cluster) -> dict:
     """The kill, then the node started again once its replica took over: it rejoins as the
     new primary's replica (with acks from 1 replica, a shard without one refuses writes)."""
     done = _kill_busiest_primary(cluster)
@@ -90,13 +89,13 @@ def _kill_busiest_primary_and_start_it_again(cluster: _cluster.Cluster) -> dict:
     return done
 
 
-def _kill_a_replica(cluster: _cluster.Cluster) -> dict:
+def _kill_a_replica(cluster: nodes.Cluster) -> dict:
     node = cluster.replicas_of(cluster.busiest_primary())[0]
     node.kill(signal.SIGKILL)
     return {"killed": "replica", "port": node.port}
 
 
-def _restart_every_node(cluster: _cluster.Cluster) -> dict:
+def _restart_every_node(cluster: nodes.Cluster) -> dict:
     began = time.monotonic()
     for node in cluster.nodes:
         node.kill(signal.SIGKILL)
@@ -106,7 +105,7 @@ def _restart_every_node(cluster: _cluster.Cluster) -> dict:
     return {"killed": "every node", "down_s": round(time.monotonic() - began, 2)}
 
 
-def _loadtest(cluster: _cluster.Cluster, tmp_path: Path, *extra: str) -> dict:
+def _loadtest(cluster: nodes.Cluster, tmp_path: Path, *extra: str) -> dict:
     parser = argparse.ArgumentParser()
     load.add_arguments(parser)
     path = tmp_path / "report.json"

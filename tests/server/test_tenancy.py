@@ -44,7 +44,7 @@ KEYS = {
     "bob": "tml-bob-" + "b2" * 12,
     "carol": "tml-carol-" + "c3" * 12,
 }
-DELAY_BASE = 800_000_000  # tests/_fake_vllm.py: seed DELAY_BASE + ms answers after ms
+DELAY_BASE = 800_000_000  # tests/support/fake_vllm.py: seed DELAY_BASE + ms answers after ms
 STACKS = {"memory": (), "workers2": ("--workers", "2")}
 shared = pytest.mark.skipif(embedded.binary() is None, reason=embedded.INSTALL_HINT)
 

@@ -1,4 +1,4 @@
-"""The shared store on a real Redis/Valkey Cluster (3 primaries, 3 replicas; tests/cluster.py):
+"""The shared store on a real Redis/Valkey Cluster (3 primaries, 3 replicas; support/cluster.py):
 the key layout, wake-ups across processes by sharded pub/sub, a write lost in a failover written
 again and forwarded again, acknowledgement by replicas, and a real `hotpath serve` on it."""
 
@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from tests.support import cluster, engines
+from tests.support import cluster as nodes
+from tests.support import engines
 from tests.support.server import Api, start_server
 from tests.support.store_options import store_options
 
@@ -25,13 +26,13 @@ from impl.server.store.redis.cluster import ClusterStore, is_cluster  # noqa: E4
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(cluster.cli() is None, reason="redis-cli is missing (redis-tools)"),
+    pytest.mark.skipif(nodes.cli() is None, reason="redis-cli is missing (redis-tools)"),
 ]
 JOB = Job(b'{"prompt":[1,2,3],"n":1}', DecodeJob([1, 2, 3], 1, 0, True), 4096)
 
 
-def _start(name: str) -> cluster.Cluster:
-    return cluster.Cluster(embedded.binaries()[name]).start()
+def _start(name: str) -> nodes.Cluster:
+    return nodes.Cluster(embedded.binaries()[name]).start()
 
 
 @pytest.fixture(scope="module", params=engines.params())
@@ -58,7 +59,7 @@ def _prefix() -> str:
     return f"t{uuid.uuid4().hex[:8]}:"
 
 
-def _primary_of(cluster: cluster.Cluster, request_id: str) -> cluster.Node:
+def _primary_of(cluster: nodes.Cluster, request_id: str) -> nodes.Node:
     """The node serving the slot group of `request_id`."""
     tag = slots.TAGS[slots.group_of_id(request_id)]
     client = redis.RedisCluster.from_url(cluster.url)
