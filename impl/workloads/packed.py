@@ -13,8 +13,9 @@ is the JSON rendering's.
 `packed_body` turns the `json` rendering of a generation into its packed rendering, given the
 generation's top-1 candidates (k = 1: the bodies are logprobs=1), so both renderings carry the
 same tokens and the same sampled logprobs, digit for digit (`text_candidates` and
-`synthetic_candidates` are a generation's top-1 entries, those its json body lists). `request_error` is the check vLLM's
-`CompletionRequest` makes of a packed request, and `error_body` its 400 answer.
+`synthetic_candidates` are a generation's top-1 entries, those its json body lists).
+`request_error` is the check vLLM's `CompletionRequest` makes of a packed request, and
+`error_body` its 400 answer.
 """
 
 from __future__ import annotations
