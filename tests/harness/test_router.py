@@ -161,6 +161,8 @@ def test_packed_rendering_answers_as_vllm(router, kind):
         error = json.loads(body)["error"]
         assert error["type"] == "Bad Request" and error["code"] == 400 and error["param"] is None
         assert error["message"].startswith("packed_top_logprobs")
+    stats = watch.fetch_json(r.url + "/stats")
+    assert (stats["served"], stats["packed"], stats["refused"]) == (2, 1, 3)
 
 
 def test_other_renderings_ignore_packed_and_refuse_packed_refuses(router):

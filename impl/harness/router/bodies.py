@@ -117,6 +117,10 @@ class Bodies:
         params = (n, max_tokens, 0 if seed is None else int(seed), plp, wants)
         return (_digest(prompt, params), prompt, *params)
 
+    def packs(self, request: tuple) -> bool:
+        """Whether the answer to `request` (from `key`) is the packed rendering."""
+        return self.render == "packed" and request[-1]
+
     async def get(self, request: tuple) -> bytes:
         """The body for `request` (from `key`): cached, or rendered once (in a thread) however
         many ask at once."""

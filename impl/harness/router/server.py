@@ -31,7 +31,8 @@ given as a boolean, no prompt). `--body filler` (the default when only `--body-b
 given) answers `--body-bytes` bytes of filler JSON (`application/json`; 0 = an empty body).
 
 `GET /stats` gives JSON `{served, in_flight, peak_in_flight, connections, peak_connections,
-faults, generating, peak_generating, rendered, injected: {kind: count}, workers}` (`?reset=1`
+faults, generating, peak_generating, rendered, refused, packed, injected: {kind: count},
+workers}` (`refused`: requests answered 400/422, `packed`: packed bodies served) (`?reset=1`
 zeroes the peaks and counters after reading them); `GET /healthz` gives `{"ok": true}`.
 Connections are counted at the socket (those that carried a completion request, so `/stats`
 polls do not count), so a client's connection cap is seen from the upstream's side. With
@@ -151,6 +152,7 @@ class Router:
                 try:
                     key = self.bodies.key(payload)
                 except BadRequest as bad:
+                    stats.add("refused")
                     return web.Response(
                         status=bad.status, text=bad.text, content_type=bad.content_type
                     )
@@ -169,6 +171,8 @@ class Router:
                     stats.add(f"injected_{fault}")
                 return await self.fault(request, fault, body)
             stats.add("served")
+            if key is not None and self.bodies.packs(key):
+                stats.add("packed")
             if len(body) < _STREAM_BYTES:
                 return web.Response(body=body, content_type=_JSON, headers=self._headers)
             return await self.send_whole(request, body)
