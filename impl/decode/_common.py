@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from impl.decode import Completion, DecodeError, Sequence, TopK, decode_error
+from impl.decode import Completion, DecodeError, Sequence, TopK, _packed, decode_error
 from impl.decode.json import INT32_MAX, INT32_MIN, JsonDecoder
 
 _REFERENCE = JsonDecoder()
@@ -156,6 +156,8 @@ def completion_from_document(
         if lp_obj is not None and type(lp_obj) is not dict:
             raise decode_error("'logprobs' is not an object", body)
         values = None if lp_obj is None else lp_obj.get("token_logprobs")
+        if lp_obj is not None:
+            _packed.check(lp_obj.get(_packed.BLOCK), len(tokens), body)
         logprobs = logprobs_from_list(values, len(tokens), body)
         sequences.append(Sequence(tokens, logprobs, stop_reason(choice.get("finish_reason"))))
     if not choices:

@@ -22,6 +22,10 @@ The class is three words joined by "/":
   of vLLM's logprobs are below 1e-4), `orjson` when its exponents are all orjson's one-digit
   ones (`e-5`), `none` when no window has an exponent (a body without logprobs).
 
+A packed body (vLLM's `packed_top_logprobs`) has no token strings or top_logprobs dicts where the
+windows sit, only json numbers, `token_id:N` strings and base64: it is `ascii/plain/json`
+whatever its text, which is what its decode sees.
+
 A class is a guess from three 1 KB windows; a wrong one costs speed, never correctness (every
 decoder `auto` may pick equals the reference). What a class costs is not assumed here: `hotpath
 bench` records each measured body's class and its cost next to the decoders' costs, and

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence as Seq
 
-from impl.decode import Completion, Sequence
+from impl.decode import Completion, Sequence, _packed
 from impl.decode._common import (
     Unsure,
     as_bytes,
@@ -104,6 +104,9 @@ class FromstringDecoder:
             lp_obj = index.skeleton(at) if at is not None else lp_obj
             if type(lp_obj) is not dict:
                 raise Unsure
+            block = lp_obj.get(_packed.BLOCK)
+            at = ref(index, block, ord("{"))
+            _packed.check(index.value(at) if at is not None else block, len(tokens), body)
         values = None if lp_obj is None else lp_obj.get("token_logprobs")
         at = ref(index, values, ord("["))
         if at is None:

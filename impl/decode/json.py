@@ -14,6 +14,8 @@ Choices of this reference that the contract leaves open:
 - `index` must be an integer; choices are ordered by it (stable for ties);
 - prompt logprobs come from the first choice in index order; their length must equal the
   number of prompt tokens; a null `logprob` counts like a null position (NaN);
+- a choice's `logprobs.packed_top_logprobs` (vLLM's packed candidates) is checked as
+  `_packed.py` says, though nothing is read from it;
 - top-k rows take the entries whose integer `rank` is 1..k, sorted by rank (ties keep body
   order), keys must be non-negative decimal token ids within int32.
 """
@@ -34,6 +36,7 @@ from impl.decode import (
     DecodeError,
     Sequence,
     TopK,
+    _packed,
     decode_error,
 )
 from impl.decode._limits import LongInteger, bounded_int, check_depth, may_hold_long_integer
@@ -111,6 +114,8 @@ class JsonDecoder:
         values = None if logprobs_obj is None else logprobs_obj.get("token_logprobs")
         if values is not None and not isinstance(values, list):
             raise decode_error("'token_logprobs' is not a list", body)
+        if logprobs_obj is not None:
+            _packed.check(logprobs_obj.get(_packed.BLOCK), len(tokens), body)
         if not values and len(tokens):
             values = [0.0] * len(tokens)  # no logprobs requested: zeros
         values = values or []

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
-from impl.decode import Completion, Sequence
+from impl.decode import Completion, Sequence, _packed
 from impl.decode._common import (
     as_bytes,
     float32_checked,
@@ -35,6 +35,7 @@ Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 
 class Logprobs(msgspec.Struct):
     token_logprobs: list[float | None] | None = None
+    packed_top_logprobs: Any = None  # vLLM's packed candidates: checked, not kept
 
 
 class Choice(msgspec.Struct):
@@ -70,6 +71,8 @@ class MsgspecDecoder:
         for choice in choices:
             tokens = np.array(choice.token_ids or (), dtype=np.int32)
             values = choice.logprobs.token_logprobs if choice.logprobs is not None else None
+            if choice.logprobs is not None:
+                _packed.check(choice.logprobs.packed_top_logprobs, len(tokens), body)
             if values and None not in values and len(values) == len(tokens):
                 logprobs = float32_checked(np.array(values, dtype=np.float64), body)
             else:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import simdjson
 
-from impl.decode import MAX_DEPTH, Completion, DecodeError, Sequence, decode_error
+from impl.decode import MAX_DEPTH, Completion, DecodeError, Sequence, _packed, decode_error
 from impl.decode._common import (
     Unsure,
     as_bytes,
@@ -95,6 +95,15 @@ def _logprobs(value: Any, n_tokens: int, body: bytes, flat: bool) -> np.ndarray:
     return logprobs_from_list(value, n_tokens, body)
 
 
+def _plain(value: Any) -> Any:
+    """A small simdjson value as the stdlib would give it (Unsure for duplicated keys)."""
+    if isinstance(value, simdjson.Object):
+        if not _keys_unique(value):
+            raise Unsure
+        return value.as_dict()
+    return value.as_list() if isinstance(value, simdjson.Array) else value
+
+
 def _convert(doc: Any, body: bytes, prompt_tokens: Seq[int] | None, k: int) -> Completion:
     if not isinstance(doc, simdjson.Object) or not _keys_unique(doc):
         raise Unsure
@@ -121,6 +130,8 @@ def _convert(doc: Any, body: bytes, prompt_tokens: Seq[int] | None, k: int) -> C
         if lp_obj is not None and not _keys_unique(lp_obj):
             raise Unsure
         values = None if lp_obj is None else lp_obj.get("token_logprobs")
+        if lp_obj is not None:
+            _packed.check(_plain(lp_obj.get(_packed.BLOCK)), len(tokens), body)
         sequences.append(
             Sequence(
                 tokens,

@@ -62,7 +62,12 @@ _SCENARIO_FLAGS = {
         str,
         "fake router body: minimal, synthetic (= vllm), prose, code, multilingual or mixed",
     ),
-    "--render": ("router_render", str, "fake router rendering: json (as vLLM) or orjson"),
+    "--render": (
+        "router_render",
+        str,
+        "fake router rendering: json (as vLLM), orjson, or packed (vLLM's packed logprobs, to "
+        "a server that asks: --server-arg=--upstream-logprobs=auto)",
+    ),
     "--router-workers": ("router_workers", int, "fake router processes sharing the port"),
     "--gen-seconds": ("gen_seconds", float, "latency mode: seconds per generation"),
     "--max-num-seqs": ("max_num_seqs", int, "latency mode: generations at once"),

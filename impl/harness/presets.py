@@ -36,7 +36,8 @@ class Scenario:
     router_mode: str = "instant"
     #: the router's --body: minimal, or a logprobs=1 kind (docs/vllm-body.md)
     router_body: str = "minimal"
-    #: the router's --render: json (as vLLM answers) or orjson
+    #: the router's --render: json (as vLLM answers), orjson, or packed (vLLM's packed
+    #: logprobs, to a server run with --upstream-logprobs packed or auto)
     router_render: str = "json"
     router_workers: int = 1
     gen_seconds: float = 0.0

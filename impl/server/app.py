@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 
 import impl.encode
 from impl.server import limits as limits_module
-from impl.server import offloop, routes
+from impl.server import offloop, routes, upstream
 from impl.server import picks as picks_module
 from impl.server.baseline import BaselineStore
 from impl.server.budget import BodyBudget
@@ -175,6 +175,7 @@ async def lifespan(
         settings.offloop, picks.decode.name, parts["decoder"], baseline=settings.baseline
     )
     log.info("decode design %s: %s", design, reason)
+    upstream.set_logprobs(settings.upstream_logprobs)  # before the fetch processes start
     fetch_pool, why = offloop.fetch_pool(settings.offloop_pool, picks.pool.name)
     if design == "fetch":
         log.info("fetch processes' pool %s: %s", fetch_pool, why)

@@ -120,6 +120,14 @@ class Settings:
     )
     keep_alive: float = _opt(75.0, "seconds an idle client connection is kept open")
     upstream_connections: int = _opt(1024, "most connections the pool opens to the router")
+    upstream_logprobs: str = _opt(
+        "json",
+        "how completions ask the router for their candidates: json (vLLM's usual logprobs "
+        "body), packed (vLLM's packed_top_logprobs: the candidates as base64 arrays, a smaller "
+        "body to read and decode; a router that refuses it fails the sample) or auto (packed, "
+        "and JSON from then on for a router that refuses it: each process remembers the "
+        "router URL); the samples are the same either way",
+    )
     connect_timeout: float = _opt(60.0, "seconds to get a connection to the router")
     read_timeout: float = _opt(2048.0, "seconds the router may stay silent while answering")
     poll_hold: float = _opt(
@@ -333,6 +341,13 @@ class Settings:
         if self.offloop_count is not None and self.offloop_count < 1:
             raise ValueError(f"offloop_count must be >= 1, got {self.offloop_count!r}")
         from impl.server.offloop import DESIGNS
+        from impl.server.upstream import LOGPROBS
+
+        if self.upstream_logprobs not in LOGPROBS:
+            raise ValueError(
+                f"upstream_logprobs must be one of {', '.join(LOGPROBS)}, "
+                f"got {self.upstream_logprobs!r}"
+            )
 
         if self.offloop not in DESIGNS:
             raise ValueError(f"offloop must be one of {', '.join(DESIGNS)}, got {self.offloop!r}")

@@ -3,8 +3,10 @@
 Body kinds (docs/vllm-body.md): `synthetic` (`impl.workloads.synthetic`' `vllm` body: a fake ASCII
 vocabulary, byte for byte as before), `prose`, `code`, `multilingual` and `mixed`; renderings:
 `json` (vLLM's `/v1/completions` answers through Starlette's `JSONResponse`: `json.dumps(...,
-ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))`) and `orjson`
-(FastAPI's `ORJSONResponse`: `orjson.dumps(..., option=OPT_NON_STR_KEYS | OPT_SERIALIZE_NUMPY)`).
+ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))`), `orjson`
+(FastAPI's `ORJSONResponse`: `orjson.dumps(..., option=OPT_NON_STR_KEYS | OPT_SERIALIZE_NUMPY)`)
+and `packed` (vLLM's answer to a `packed_top_logprobs` request, `impl.workloads.packed`: the
+same generation, its top-1 candidates as base64 arrays).
 Every body has the logprobs=1 shape of `synthetic`' `vllm` kind, so the kinds differ only in text.
 
 How a real-text choice is made (`generate`):
@@ -43,11 +45,11 @@ from typing import Any
 
 import numpy as np
 
-from impl.workloads import synthetic, textsources, vocab
+from impl.workloads import packed, synthetic, textsources, vocab
 from impl.workloads.synthetic import _rng
 
 KINDS = ("synthetic", "prose", "code", "multilingual", "mixed")
-RENDERS = ("json", "orjson")
+RENDERS = ("json", "orjson", "packed")
 #: `hotpath router --body` names: the two original shapes and the kinds above
 ROUTER_BODIES = ("minimal", "vllm", *KINDS)
 MIXED = {"prose": 0.45, "code": 0.35, "multilingual": 0.20}
@@ -292,6 +294,11 @@ def completion_body(
     model: str = "hotpath-fake",
 ) -> bytes:
     """One vLLM /v1/completions answer (logprobs=1, token ids) for these choices."""
+    if render_as == "packed":
+        body = completion_body(
+            choices, prompt_tokens=prompt_tokens, prompt_logprobs=prompt_logprobs, model=model
+        )
+        return packed.packed_body(body, [packed.text_candidates(c) for c in choices])
     v = vocab.load()
     prompt = [int(t) for t in prompt_tokens]
     plp = None if prompt_logprobs is None else _prompt_logprobs(prompt, prompt_logprobs)
@@ -365,6 +372,8 @@ def answer(
         body = synthetic.completion_body(
             choices, kind=shape, prompt_tokens=prompt, prompt_logprobs=prompt_logprobs
         )
+        if how == "packed":
+            return packed.packed_body(body, [packed.synthetic_candidates(c) for c in choices])
         return rerender(body, how)
     text = generate(prompt, kind=kind, n=n, max_tokens=max_tokens, seed=seed)
     return completion_body(
@@ -412,7 +421,13 @@ def body_for(
             tokens, kind=shape, n=n, prompt_len=prompt_len, prompt_logprobs=prompt_logprobs,
             seed=seed,
         )  # fmt: skip
-        return rerender(base, render_as)
+        if render_as != "packed":
+            return rerender(base, render_as)
+        prompt = prompt_for(kind, prompt_len, seed)
+        return answer(
+            kind, "packed", prompt, n=n, max_tokens=tokens, seed=seed,
+            prompt_logprobs=prompt_logprobs,
+        )  # fmt: skip
     prompt = prompt_for(kind, prompt_len, seed)
     return answer(
         kind, render_as, prompt, n=n, max_tokens=tokens, seed=seed, prompt_logprobs=prompt_logprobs

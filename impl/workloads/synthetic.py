@@ -121,21 +121,34 @@ def _ints(values: np.ndarray) -> bytes:
     return ",".join(map(str, values.tolist())).encode()
 
 
-def _vllm_logprobs(choice: GeneratedChoice, strings: np.ndarray, encoded: np.ndarray) -> bytes:
-    """The `logprobs` object of logprobs=1: text_offset, token_logprobs, tokens, top_logprobs."""
-    _, _, lengths = _vocab()
+def top1(
+    choice: GeneratedChoice, strings: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The top-1 entries of logprobs=1: (a drawn id per token, where it is the top-1 rather
+    than the sampled token, the float32 logprobs of those top-1 entries)."""
+    if strings is None:
+        strings = _vocab()[0]
     rng = _rng(0, choice.tokens.tobytes(), choice.logprobs.tobytes())
     size = len(choice.tokens)
-    offsets = np.concatenate(([0], np.cumsum(lengths[choice.tokens])[:-1])) if size else []
-    lp = _floats(choice.logprobs)
-    keys = encoded[choice.tokens]
     # When the sampled token was not the most likely one, vLLM adds the top-1 as a 2nd key
     # (unless both decode to the same string: the dict then has one key).
     alt_ids = rng.integers(0, 128000, size)
     other = rng.random(size) > np.exp(np.maximum(choice.logprobs, -50.0))
     other &= strings[alt_ids] != strings[choice.tokens]
+    alt_values = np.log(rng.uniform(0.5, 1.0, int(other.sum()))).astype(np.float32)
+    return alt_ids, other, alt_values
+
+
+def _vllm_logprobs(choice: GeneratedChoice, strings: np.ndarray, encoded: np.ndarray) -> bytes:
+    """The `logprobs` object of logprobs=1: text_offset, token_logprobs, tokens, top_logprobs."""
+    _, _, lengths = _vocab()
+    size = len(choice.tokens)
+    offsets = np.concatenate(([0], np.cumsum(lengths[choice.tokens])[:-1])) if size else []
+    lp = _floats(choice.logprobs)
+    keys = encoded[choice.tokens]
+    alt_ids, other, alt_values = top1(choice, strings)
     values = np.array(lp, dtype=object)
-    alt_lp = _floats(np.log(rng.uniform(0.5, 1.0, int(other.sum()))).astype(np.float32))
+    alt_lp = _floats(alt_values)
     rows = np.flatnonzero(other)
     values[rows] = [
         v + b"," + k + b":" + a

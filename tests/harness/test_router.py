@@ -133,6 +133,51 @@ def test_prompt_logprobs_when_asked(router):
     assert json.loads(plain)["choices"][0]["prompt_logprobs"] is None
 
 
+_PACKED = {"packed_top_logprobs": True, "return_tokens_as_token_ids": True}
+
+
+@pytest.mark.parametrize("kind", ["vllm", "mixed"])
+def test_packed_rendering_answers_as_vllm(router, kind):
+    """--render packed: a packed request that qualifies gets the packed body of the same
+    generation, one without the flag the json body, one that does not qualify vLLM's 400."""
+    if realtext.unavailable_reason(kind, "packed"):
+        pytest.skip(realtext.unavailable_reason(kind, "packed"))
+    r = router("--body", kind, "--render", "packed")
+    prompt = [1, 5, 6, 7]
+    asks = _request(prompt, n=2, max_tokens=200, **_PACKED)
+    plain = _request(prompt, n=2, max_tokens=200)
+    refused = [
+        _request(prompt, **(_PACKED | {"logprobs": 0})),
+        _request(prompt, **(_PACKED | {"return_tokens_as_token_ids": False})),
+        _request(prompt, **(_PACKED | {"echo": True})),
+    ]
+    replies = _post_many(r.url, [asks, plain, *refused])
+    (s1, packed_body, h1), (s2, json_body, _) = replies[:2]
+    assert s1 == s2 == 200 and h1["Content-Type"].startswith("application/json")
+    assert packed_body == realtext.answer(kind, "packed", prompt, n=2, max_tokens=200, seed=5)
+    assert json_body == realtext.answer(kind, "json", prompt, n=2, max_tokens=200, seed=5)
+    for status, body, headers in replies[2:]:
+        assert status == 400 and headers["Content-Type"].startswith("application/json")
+        error = json.loads(body)["error"]
+        assert error["type"] == "Bad Request" and error["code"] == 400 and error["param"] is None
+        assert error["message"].startswith("packed_top_logprobs")
+    stats = watch.fetch_json(r.url + "/stats")
+    assert (stats["served"], stats["packed"], stats["refused"]) == (2, 1, 3)
+
+
+def test_other_renderings_ignore_packed_and_refuse_packed_refuses(router):
+    """A json router answers a packed request with the json body (as a vLLM without the
+    field); --refuse-packed answers it 400 in vLLM's error shape and serves the rest."""
+    prompt = [128000, 5, 6]
+    asks, plain = _request(prompt, **_PACKED), _request(prompt)
+    [(s1, b1, _), (s2, b2, _)] = _post_many(router("--body", "vllm").url, [asks, plain])
+    assert s1 == s2 == 200 and b1 == b2
+    refusing = router("--body", "vllm", "--render", "packed", "--refuse-packed")
+    [(s3, b3, _), (s4, b4, _)] = _post_many(refusing.url, [asks, plain])
+    assert s3 == 400 and json.loads(b3)["error"]["code"] == 400
+    assert s4 == 200 and b4 == b2
+
+
 def test_bad_requests_are_refused_like_the_router(router):
     r = router("--body", "minimal")
     replies = _post_many(r.url, [b'{"prompt": [1', _request([1], logprobs=True), b'{"n": 1}'])
@@ -219,14 +264,14 @@ def test_body_cache_is_keyed_by_a_digest():
     cache = Bodies("minimal", 64 << 20, stats)
     huge = list(range(2_000_000))
     payload = json.dumps({"prompt": huge, "max_tokens": 2, "seed": 3}).encode()
-    request = Bodies.key(payload)
+    request = cache.key(payload)
     assert len(request[0]) == 16 and request[1] == huge
-    other = Bodies.key(json.dumps({"prompt": huge, "max_tokens": 2, "seed": 4}).encode())
+    other = cache.key(json.dumps({"prompt": huge, "max_tokens": 2, "seed": 4}).encode())
     assert other[0] != request[0]
-    small = Bodies.key(b'{"prompt": [1, 2], "max_tokens": 2}')
+    small = cache.key(b'{"prompt": [1, 2], "max_tokens": 2}')
 
     async def serve() -> list[bytes]:
-        return [await cache.get(r) for r in (request, Bodies.key(payload), small, small)]
+        return [await cache.get(r) for r in (request, cache.key(payload), small, small)]
 
     first, again, tiny, tiny_again = asyncio.run(serve())
     assert first == again and tiny == tiny_again

@@ -60,7 +60,7 @@ def test_synthetic_json_is_the_original_vllm_body():
 
 
 @pytest.mark.filterwarnings("ignore:ORJSONResponse is deprecated")
-@pytest.mark.parametrize(("kind", "how"), kinds())
+@pytest.mark.parametrize(("kind", "how"), kinds("json", "orjson"))
 def test_rendered_as_the_servers_render(kind, how):
     """json = Starlette's JSONResponse, orjson = FastAPI's ORJSONResponse of the same document."""
     responses = pytest.importorskip("fastapi.responses", reason="needs the server extra")

@@ -1,9 +1,10 @@
 """What the fake router answers with: request checks, rendered vLLM bodies, filler bodies.
 
 `Bodies.key` reads a completion request as the router does (400 for malformed JSON, 422 for a
-bad field) and reduces it to a 16-byte digest of (prompt, n, max_tokens, seed,
-prompt_logprobs); `Bodies.get` renders the body for it once (in a thread, however many ask at
-once; `impl.workloads.realtext.answer` makes the body of the router's `--body` and `--render`)
+bad field, 400 in vLLM's error shape for a packed request vLLM refuses) and reduces it to a
+16-byte digest of (prompt, n, max_tokens, seed, prompt_logprobs, packed); `Bodies.get`
+renders the body for it once (in a thread, however many ask at once;
+`impl.workloads.realtext.answer` makes the body of the router's `--body` and `--render`)
 and keeps it in an LRU cache within a byte budget.
 `filler_body` is the `--body-bytes N` answer: exactly N bytes of valid JSON.
 """
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from impl.harness.router.stats import Stats
+from impl.workloads import packed
 
 try:
     import orjson
@@ -42,9 +44,13 @@ def filler_body(size: int) -> bytes:
 
 
 class BadRequest(Exception):
-    def __init__(self, status: int, text: str) -> None:
+    def __init__(self, status: int, text: str, content_type: str = "text/plain") -> None:
         super().__init__(text)
-        self.status, self.text = status, text
+        self.status, self.text, self.content_type = status, text, content_type
+
+
+def _packed_refusal(message: str) -> BadRequest:
+    return BadRequest(400, packed.error_body(message).decode(), "application/json")
 
 
 def _digest(prompt: list[int], params: tuple) -> bytes:
@@ -64,14 +70,25 @@ class Bodies:
     budget). The digest, not the prompt, is the key: a huge prompt is hashed once per request
     and held by no cache entry."""
 
-    def __init__(self, kind: str, budget_bytes: int, stats: Stats, render: str = "json") -> None:
+    def __init__(
+        self,
+        kind: str,
+        budget_bytes: int,
+        stats: Stats,
+        render: str = "json",
+        refuse_packed: bool = False,
+    ) -> None:
         self.kind, self.render, self.budget, self.stats = kind, render, budget_bytes, stats
+        self.refuse_packed = refuse_packed
         self._cache: OrderedDict[bytes, Any] = OrderedDict()
         self._bytes = 0
 
-    @staticmethod
-    def key(payload: bytes) -> tuple:
-        """(digest, prompt, n, max_tokens, seed, prompt_logprobs) of a request, or BadRequest."""
+    def key(self, payload: bytes) -> tuple:
+        """(digest, prompt, n, max_tokens, seed, prompt_logprobs, packed) of a request, or
+        BadRequest. `packed` is True when the answer is the packed rendering: the router
+        renders `packed` and the request asks for it (and qualifies, as vLLM checks); a router
+        of another rendering ignores the field, as a vLLM without it does, unless it
+        `refuse_packed`s (then 400, vLLM's error)."""
         try:
             request = _loads(payload)
         except (_JSONError, UnicodeDecodeError):
@@ -90,8 +107,19 @@ class Bodies:
         if plp is not None and (type(plp) is not int or plp < 0):
             raise BadRequest(422, "prompt_logprobs must be a non-negative integer")
         seed = request.get("seed")
-        params = (n, max_tokens, 0 if seed is None else int(seed), plp)
+        wants = packed.wants_packed(request)
+        if wants and self.refuse_packed:
+            raise _packed_refusal("packed_top_logprobs is not supported by this server")
+        if wants and self.render == "packed":
+            reason = packed.request_error(request)
+            if reason is not None:
+                raise _packed_refusal(reason)
+        params = (n, max_tokens, 0 if seed is None else int(seed), plp, wants)
         return (_digest(prompt, params), prompt, *params)
+
+    def packs(self, request: tuple) -> bool:
+        """Whether the answer to `request` (from `key`) is the packed rendering."""
+        return self.render == "packed" and request[-1]
 
     async def get(self, request: tuple) -> bytes:
         """The body for `request` (from `key`): cached, or rendered once (in a thread) however
@@ -124,8 +152,11 @@ class Bodies:
     def _render(self, request: tuple) -> bytes:
         from impl.workloads.realtext import answer
 
-        prompt, n, max_tokens, seed, plp = request
+        prompt, n, max_tokens, seed, plp, wants = request
+        how = self.render
+        if how == "packed" and not wants:  # vLLM keeps the usual schema without the flag
+            how = "json"
         return answer(
-            self.kind, self.render, prompt, n=n, max_tokens=max_tokens, seed=seed,
+            self.kind, how, prompt, n=n, max_tokens=max_tokens, seed=seed,
             prompt_logprobs=plp,
         )  # fmt: skip

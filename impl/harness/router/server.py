@@ -18,14 +18,21 @@ seed counts as 0), rendered once and cached (`--cache-mb` per worker). `--body` 
 ASCII vocabulary of `impl.workloads.synthetic`) or `minimal` (text, token_ids and token_logprobs
 only); every kind but `minimal` is the logprobs=1 body (tokens, top_logprobs, text_offset,
 prompt_logprobs when asked). `--render json` writes it as vLLM does (Starlette's JSONResponse),
-`--render orjson` as an ORJSONResponse server does (other number layout). Without the
+`--render orjson` as an ORJSONResponse server does (other number layout), `--render packed` as
+a vLLM with packed logprobs does (`impl.workloads.packed`): a request that sets
+`packed_top_logprobs: true` gets the packed body, or, when it does not qualify (`logprobs` > 0
+and `return_tokens_as_token_ids: true`, no echo, beam search or `logprob_token_ids`), vLLM's
+400 (`{"error": {"message", "type": "Bad Request", "param": null, "code": 400}}`); any other
+request gets the `json` body. The other renderings ignore the field, as a vLLM without it
+does; `--refuse-packed` answers that 400 to every request that sets it. Without the
 real-text extra the default falls back to `synthetic` and says so on stderr. A malformed
 request is refused as the router does: 400 for malformed JSON, 422 for a bad field (`logprobs`
 given as a boolean, no prompt). `--body filler` (the default when only `--body-bytes N` is
 given) answers `--body-bytes` bytes of filler JSON (`application/json`; 0 = an empty body).
 
 `GET /stats` gives JSON `{served, in_flight, peak_in_flight, connections, peak_connections,
-faults, generating, peak_generating, rendered, injected: {kind: count}, workers}` (`?reset=1`
+faults, generating, peak_generating, rendered, refused, packed, injected: {kind: count},
+workers}` (`refused`: requests answered 400/422, `packed`: packed bodies served) (`?reset=1`
 zeroes the peaks and counters after reading them); `GET /healthz` gives `{"ok": true}`.
 Connections are counted at the socket (those that carried a completion request, so `/stats`
 polls do not count), so a client's connection cap is seen from the upstream's side. With
@@ -118,7 +125,9 @@ class Router:
         budget = args.cache_mb << 20
         self.bodies = None
         if args.body != "filler":
-            self.bodies = Bodies(args.body, budget, stats, render=args.render)
+            self.bodies = Bodies(
+                args.body, budget, stats, render=args.render, refuse_packed=args.refuse_packed
+            )
         self._headers = {"X-Hotpath-Worker": str(worker)}
         self.server: CountingServer | None = None
 
@@ -143,7 +152,10 @@ class Router:
                 try:
                     key = self.bodies.key(payload)
                 except BadRequest as bad:
-                    return web.Response(status=bad.status, text=bad.text, content_type="text/plain")
+                    stats.add("refused")
+                    return web.Response(
+                        status=bad.status, text=bad.text, content_type=bad.content_type
+                    )
             await self.wait_turn(request)
             fault = request.headers.get("X-Hotpath-Fault") or self.random_fault()
             if request.headers.get("X-Hotpath-Echo"):
@@ -159,6 +171,8 @@ class Router:
                     stats.add(f"injected_{fault}")
                 return await self.fault(request, fault, body)
             stats.add("served")
+            if key is not None and self.bodies.packs(key):
+                stats.add("packed")
             if len(body) < _STREAM_BYTES:
                 return web.Response(body=body, content_type=_JSON, headers=self._headers)
             return await self.send_whole(request, body)
@@ -363,7 +377,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--render", choices=realtext.RENDERS, default="json",
-        help="json: as vLLM answers (json.dumps); orjson: as an ORJSONResponse server answers",
+        help="json: as vLLM answers (json.dumps); orjson: as an ORJSONResponse server answers; "
+        "packed: as a vLLM with packed_top_logprobs answers (packed to a request that asks "
+        "and qualifies, 400 to one that asks and does not, json otherwise)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--refuse-packed", action="store_true",
+        help="answer 400 (vLLM's error shape) to any request that sets packed_top_logprobs",
     )  # fmt: skip
     parser.add_argument(
         "--body-bytes", type=int, default=None, help="filler JSON answer size (default 256)"

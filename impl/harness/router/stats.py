@@ -18,7 +18,8 @@ FAULTS = ("500", "html", "truncate", "reset")
 
 _FIELDS = (
     "served", "in_flight", "peak_in_flight", "connections", "peak_connections", "faults",
-    "generating", "peak_generating", "rendered", *(f"injected_{kind}" for kind in FAULTS),
+    "generating", "peak_generating", "rendered", "refused", "packed",
+    *(f"injected_{kind}" for kind in FAULTS),
 )  # fmt: skip
 _INDEX = {name: i for i, name in enumerate(_FIELDS)}
 _PEAK = {
@@ -49,7 +50,13 @@ class Stats:
         with self._lock:
             data = dict(zip(_FIELDS, self._values, strict=True))
             if reset:
-                for name in ("served", "faults", *(f"injected_{k}" for k in FAULTS)):
+                for name in (
+                    "served",
+                    "faults",
+                    "refused",
+                    "packed",
+                    *(f"injected_{k}" for k in FAULTS),
+                ):
                     self._values[_INDEX[name]] = 0
                 for name, peak in _PEAK.items():
                     self._values[_INDEX[peak]] = self._values[_INDEX[name]]

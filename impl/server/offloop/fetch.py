@@ -152,7 +152,12 @@ class FetchProcesses(Children):
         options = {**pool_options, "receive_buffer": RECEIVE_BUFFER}
         if "max_connections" in options:  # the cap is shared out, not multiplied
             options["max_connections"] = max(1, -(-options["max_connections"] // count))
-        pool = ("--pool", pool_name, "--pool-options", orjson.dumps(options).decode())
+        from impl.server import upstream
+
+        pool = (
+            "--pool", pool_name, "--pool-options", orjson.dumps(options).decode(),
+            "--upstream-logprobs", upstream.logprobs(),
+        )  # fmt: skip
         super().__init__(decoder, encoder, count=count, options=pool, **common)
         self.pool_name = pool_name
         self._ids = itertools.count(1)
@@ -268,7 +273,9 @@ async def _serve(args: argparse.Namespace) -> int:
     import socket
 
     from impl import registry
+    from impl.server import upstream
 
+    upstream.set_logprobs(args.upstream_logprobs)
     parts = {
         "decoder": registry.create("decode", args.decode),
         "encoder": registry.create("encode", args.encode),
@@ -333,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encode", required=True, help="encode implementation (registry name)")
     parser.add_argument("--pool", required=True, help="pool implementation (registry name)")
     parser.add_argument("--pool-options", default="{}", help="the pool contract's options (JSON)")
+    parser.add_argument("--upstream-logprobs", default="json", help="the server's (json, ...)")
     parser.add_argument("--nice", type=int, default=0, help="added to this process's niceness")
     args = parser.parse_args(argv)
     if args.nice:

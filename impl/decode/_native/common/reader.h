@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bytes.h"
+#include "packed.h"
 #include "request.h"
 
 namespace nogil {
@@ -30,6 +31,11 @@ struct Choice {
   bool stop = false;
   size_t prompt_logprobs = 0;   // position of the value + 1; 0 = absent or null
   size_t prompt_token_ids = 0;  // likewise (null counts as present, as in the reference)
+  // logprobs.packed_top_logprobs: seen (the key), present (not null), its shape and the bytes
+  // its two base64 strings hold (checked against the token count once the choice is read)
+  bool packed_seen = false, packed = false;
+  int64_t packed_rows = 0, packed_k = 0;
+  size_t packed_ids = 0, packed_lps = 0;
 };
 
 // What a decode found. Kept per thread and reused: its vectors keep their capacity, so a
@@ -55,6 +61,7 @@ struct Result {
     c.logprobs.clear();
     c.stop = false;
     c.prompt_logprobs = c.prompt_token_ids = 0;
+    c.packed_seen = c.packed = false;
     return c;
   }
 };
@@ -105,6 +112,11 @@ struct Reader : Walker {
         return skip(4);
       }
       if (key == "top_logprobs") return skip_top_logprobs(4, tokens_at, logprobs_at);
+      if (key == "packed_top_logprobs") {
+        if (choice.packed_seen) return false;
+        choice.packed_seen = true;
+        return take_null() || packed(choice);
+      }
       if (key != "token_logprobs") return skip(4);
       if (seen) return false;
       seen = true;
@@ -120,6 +132,57 @@ struct Reader : Walker {
         return true;
       });
     });
+  }
+
+  // The packed block (an object at depth 5): its shape, dtypes and base64 strings as
+  // impl/decode/_packed.py checks them; an escaped string or anything doubtful: false.
+  bool packed(Choice& choice) {
+    if (peek() != '{') return false;
+    static constexpr std::string_view names[] = {"shape", "token_ids_dtype", "logprobs_dtype",
+                                                 "token_ids_b64", "logprobs_b64"};
+    bool seen[5] = {};
+    int64_t shape[2] = {0, 0};
+    size_t dims = 0;
+    bool ok = object(5, [&](std::string_view key, bool escaped) {
+      if (escaped) return false;
+      size_t which = 0;
+      while (which < 5 && key != names[which]) which++;
+      if (which == 5) return skip(5);
+      if (seen[which]) return false;
+      seen[which] = true;
+      if (which == 0) {
+        if (peek() != '[') return false;
+        return array(6, [&] {
+          int64_t value;
+          if (dims == 2 || !integer(value)) return false;
+          shape[dims++] = value;
+          return true;
+        });
+      }
+      const uint8_t *s, *e;
+      bool esc;
+      if (peek() != '"' || !string(s, e, esc) || esc) return false;
+      std::string_view text(reinterpret_cast<const char*>(s), static_cast<size_t>(e - s));
+      if (which == 1) return text == "<i4";
+      if (which == 2) return text == "<f4";
+      return base64_size(s, e, which == 3 ? choice.packed_ids : choice.packed_lps);
+    });
+    if (!ok || dims != 2) return false;
+    for (bool member : seen) {
+      if (!member) return false;
+    }
+    choice.packed = true;
+    choice.packed_rows = shape[0];
+    choice.packed_k = shape[1];
+    return true;
+  }
+
+  static bool packed_fits(const Choice& c, size_t n_tokens) {
+    if (c.packed_rows < 0 || static_cast<uint64_t>(c.packed_rows) != n_tokens) return false;
+    if (c.packed_k < 1) return false;
+    unsigned __int128 want = static_cast<unsigned __int128>(n_tokens) *
+                             static_cast<uint64_t>(c.packed_k) * 4;
+    return want == c.packed_ids && want == c.packed_lps;
   }
 
   bool choice(Choice& out) {
@@ -166,6 +229,7 @@ struct Reader : Walker {
     });
     if (!ok || !has_index) return false;
     size_t n_tokens = out.tokens.size();
+    if (out.packed && !packed_fits(out, n_tokens)) return false;
     if (out.logprobs.empty()) {
       out.logprobs.assign(n_tokens, 0.0f);  // no logprobs requested: zeros
     } else if (out.logprobs.size() != n_tokens) {
