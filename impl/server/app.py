@@ -132,29 +132,22 @@ def _store(settings: Settings, encoder: Any) -> FutureStore:
         from impl.server.store.redis import cluster
         from impl.server.store.redis.store import RedisStore
 
+        options = dict(
+            to_json=impl.encode.proto_to_json,
+            lease=settings.store_lease,
+            prefix=settings.store_prefix,
+            timeout=settings.store_timeout,
+        )
         if cluster.is_cluster(settings.store):
             return cluster.ClusterStore(
-                settings.store,
-                retention,
-                to_json=impl.encode.proto_to_json,
-                ack_replicas=settings.store_ack_replicas,
-                lease=settings.store_lease,
-                prefix=settings.store_prefix,
-                timeout=settings.store_timeout,
+                settings.store, retention, ack_replicas=settings.store_ack_replicas, **options
             )
         if settings.store_ack_replicas:
             raise ValueError(
                 "--store-ack-replicas needs a Redis/Valkey Cluster store; "
                 f"{settings.store} is a single engine"
             )
-        return RedisStore(
-            settings.store,
-            retention,
-            to_json=impl.encode.proto_to_json,
-            lease=settings.store_lease,
-            prefix=settings.store_prefix,
-            timeout=settings.store_timeout,
-        )
+        return RedisStore(settings.store, retention, **options)
     if settings.baseline:  # the old JSON dump: the reference (stdlib json) derivation
         return BaselineStore(
             retention, encoder=encoder, to_json=impl.encode.json_implementation("json")

@@ -15,6 +15,7 @@ from impl.decode import DecodeError, _packed
 from impl.decode.parity import assert_same
 from impl.workloads import realtext
 from tests.decode.test_parity import decoder_params
+from tests.support.params import skipped_unless_available
 
 FAMILY = "decode"
 REFERENCE = registry.create(FAMILY, registry.reference(FAMILY))
@@ -27,17 +28,7 @@ def decoder(request):
 
 
 def _kinds() -> list:
-    return [
-        pytest.param(
-            kind,
-            id=kind,
-            marks=pytest.mark.skipif(
-                realtext.unavailable_reason(kind) is not None,
-                reason=str(realtext.unavailable_reason(kind)),
-            ),
-        )
-        for kind in realtext.ROUTER_BODIES
-    ]
+    return skipped_unless_available(realtext.ROUTER_BODIES, realtext.unavailable_reason)
 
 
 @pytest.mark.heavy

@@ -11,15 +11,13 @@ default timeout are the chaos suite's (tests/chaos/).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import threading
 import time
 
 import pytest
 
-from tests.support.server import start_server
+from tests.support.server import address_of, exchange, start_server
 
 pytestmark = pytest.mark.heavy
 
@@ -32,34 +30,6 @@ def server(upstream):
     args += ("--header-timeout", "1", "--body-timeout", "1")
     with start_server(upstream.url, *args) as process:
         yield process
-
-
-def _address(server) -> tuple[str, int]:
-    host, port = server.url.removeprefix("http://").split(":")
-    return host, int(port)
-
-
-def exchange(server, data: bytes, *, wait: float = 30.0) -> bytes:
-    """Send `data` (in a thread: the server may answer before it has read it all) and read
-    until the server closes the connection or `wait` seconds pass."""
-    sock = socket.create_connection(_address(server))
-
-    def send() -> None:
-        with contextlib.suppress(OSError):  # closed by the server after its answer
-            sock.sendall(data)
-
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
-    sock.settimeout(wait)
-    answer = b""
-    try:
-        while chunk := sock.recv(65536):
-            answer += chunk
-    except (TimeoutError, ConnectionResetError):
-        pass
-    sender.join(5)
-    sock.close()
-    return answer
 
 
 def one_response(sock: socket.socket) -> bytes:
@@ -126,17 +96,17 @@ def test_a_slow_head_gets_408_and_an_idle_connection_is_closed(server):
     """--header-timeout 1: a head still incomplete after 1 s gets 408; a connection that
     never sent a byte is closed without an answer; a keep-alive connection idle between
     requests is not cut by it (the keep-alive timeout governs)."""
-    slow = socket.create_connection(_address(server))
+    slow = socket.create_connection(address_of(server))
     slow.sendall(b"GET /livez HTTP/1.1\r\nHost: t\r\n")
     slow.settimeout(30)
     answer = slow.recv(SMALL)
     slow.close()
     _refused(answer, b"408", "--header-timeout")
-    idle = socket.create_connection(_address(server))
+    idle = socket.create_connection(address_of(server))
     idle.settimeout(30)
     assert idle.recv(SMALL) == b""  # closed, nothing said
     idle.close()
-    alive = socket.create_connection(_address(server))
+    alive = socket.create_connection(address_of(server))
     alive.settimeout(30)
     alive.sendall(head())
     assert one_response(alive).startswith(b"HTTP/1.1 200")
@@ -148,7 +118,7 @@ def test_a_slow_head_gets_408_and_an_idle_connection_is_closed(server):
 
 def test_a_slow_body_gets_408(server):
     """--body-timeout 1: a body that stops arriving gets 408 (the route never sees it)."""
-    sock = socket.create_connection(_address(server))
+    sock = socket.create_connection(address_of(server))
     sock.sendall(
         b"POST /api/v1/retrieve_future HTTP/1.1\r\nHost: t\r\nX-API-Key: tml-x\r\n"
         b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
@@ -164,7 +134,7 @@ def test_a_slow_body_gets_408(server):
 def test_refusals_are_counted(server):
     """/healthz `http_refused` and /metrics `hotpath_http_refused_total` count each reason."""
     exchange(server, head(b"X-Big: " + b"a" * 5000 + b"\r\n"))
-    with socket.create_connection(_address(server)) as slow:
+    with socket.create_connection(address_of(server)) as slow:
         slow.sendall(b"GET /livez HTTP/1.1\r\n")
         slow.settimeout(30)
         slow.recv(SMALL)

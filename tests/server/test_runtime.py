@@ -13,12 +13,10 @@ The real SDK's exact results through each runtime are tests/server/test_sdk.py's
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +25,7 @@ import pytest
 
 from impl import registry
 from impl.runtime import LACKS
-from tests.support.server import API_KEY, start_server
+from tests.support.server import API_KEY, address_of, exchange, start_server
 
 pytestmark = pytest.mark.heavy
 
@@ -63,34 +61,6 @@ def servers(upstream):
     finally:
         for process in started.values():
             process.stop()
-
-
-def _address(server) -> tuple[str, int]:
-    host, port = server.url.removeprefix("http://").split(":")
-    return host, int(port)
-
-
-def exchange(server, data: bytes, *, wait: float = 20.0) -> bytes:
-    """Send `data` (in a thread: the server may answer before it has read it all) and read
-    until the server closes the connection or `wait` seconds pass."""
-    sock = socket.create_connection(_address(server))
-
-    def send() -> None:
-        with contextlib.suppress(OSError):
-            sock.sendall(data)
-
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
-    sock.settimeout(wait)
-    answer = b""
-    try:
-        while chunk := sock.recv(65536):
-            answer += chunk
-    except (TimeoutError, ConnectionResetError):
-        pass
-    sender.join(5)
-    sock.close()
-    return answer
 
 
 def parsed(answer: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
@@ -194,7 +164,7 @@ def test_too_many_fields_get_431(servers, name):
 def test_slow_head_gets_408(servers, name):
     _available(name)
     _gives(name, "header_timeout")
-    sock = socket.create_connection(_address(servers[name]))
+    sock = socket.create_connection(address_of(servers[name]))
     sock.sendall(b"GET /livez HTTP/1.1\r\nHost: t\r\n")
     sock.settimeout(20)
     answer = sock.recv(SMALL)
@@ -216,7 +186,7 @@ def test_keep_alive_answers_twice_then_closes_when_idle(servers, name):
     """Two requests on one connection; idle past --keep-alive (2 s), the server closes it."""
     _available(name)
     _gives(name, "keep_alive")
-    sock = socket.create_connection(_address(servers[name]))
+    sock = socket.create_connection(address_of(servers[name]))
     sock.settimeout(20)
     for _ in range(2):
         sock.sendall(b"GET /livez HTTP/1.1\r\nHost: t\r\n\r\n")

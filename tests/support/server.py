@@ -13,10 +13,12 @@ the ready line, and keep stdout (the access log) in memory so a test can assert 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -224,3 +226,31 @@ class Api:
 def grown(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """The counters that grew from `before` to `after`, by how much (e.g. held-poll reasons)."""
     return {k: after[k] - before.get(k, 0) for k in after if after[k] > before.get(k, 0)}
+
+
+def address_of(server) -> tuple[str, int]:
+    host, port = server.url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def exchange(server, data: bytes, *, wait: float = 30.0) -> bytes:
+    """Send `data` (in a thread: the server may answer before it has read it all) and read
+    until the server closes the connection or `wait` seconds pass."""
+    sock = socket.create_connection(address_of(server))
+
+    def send() -> None:
+        with contextlib.suppress(OSError):  # closed by the server after its answer
+            sock.sendall(data)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    sock.settimeout(wait)
+    answer = b""
+    try:
+        while chunk := sock.recv(65536):
+            answer += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    sender.join(5)
+    sock.close()
+    return answer

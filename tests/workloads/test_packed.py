@@ -12,18 +12,9 @@ import numpy as np
 import pytest
 
 from impl.workloads import packed, realtext, synthetic
+from tests.support.params import skipped_unless_available
 
-KINDS = [
-    pytest.param(
-        kind,
-        id=kind,
-        marks=pytest.mark.skipif(
-            realtext.unavailable_reason(kind) is not None,
-            reason=str(realtext.unavailable_reason(kind)),
-        ),
-    )
-    for kind in realtext.ROUTER_BODIES
-]
+KINDS = skipped_unless_available(realtext.ROUTER_BODIES, realtext.unavailable_reason)
 
 
 def _arrays(block: dict) -> tuple[np.ndarray, np.ndarray]:
