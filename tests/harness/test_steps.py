@@ -14,6 +14,7 @@ pytest.importorskip(
 from prometheus_client import generate_latest
 
 from impl.harness import report, steps
+from impl.server.callers import Callers
 from impl.server.intake import Intake
 from impl.server.store.held import HeldPolls
 
@@ -39,6 +40,10 @@ class _State:
         def unavailable():
             return None
 
+        @staticmethod
+        def outstanding_by_owner():
+            return {}
+
         held_polls = HeldPolls()
 
     http_refused = MappingProxyType({})  # nothing refused
@@ -55,6 +60,7 @@ class _State:
             return {"sampling_sessions": 0}
 
     intake = Intake(16)
+    callers = Callers(None, max_outstanding=16)  # the open mode: no key file
 
 
 def test_split_is_what_ran_between_two_scrapes():
