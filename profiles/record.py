@@ -53,12 +53,6 @@ PROFILES: tuple[tuple[str, ...], ...] = (
 )
 
 
-def _git(*args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=HERE.parent, capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
 def record(entries: tuple[tuple[str, ...], ...]) -> list[str]:
     """Run each entry's `hotpath profile` in turn; the commands that failed."""
     failed = []
@@ -79,10 +73,14 @@ def _recorded() -> list[tuple[Path, dict]]:
     return found
 
 
-def block(commit: str) -> str:
-    """The RECORDED block: one section per profile, from the files' own annotations."""
-    lines = [BEGIN, "", f"Recorded by `make profiles` at `{commit}`.", ""]
-    for path, facts in _recorded():
+def block() -> str:
+    """The RECORDED block: one section per profile, from the files' own annotations (the
+    commits named are those the profiles were recorded at, not the one stamping them)."""
+    recorded = _recorded()
+    commits = sorted({(f.get("environment") or {}).get("git_sha") or "?" for _, f in recorded})
+    at = ", ".join(f"`{c}`" for c in commits)
+    lines = [BEGIN, "", f"Recorded by `make profiles` at {at}.", ""]
+    for path, facts in recorded:
         name = path.name.removesuffix(".speedscope.json")
         env = facts.get("environment") or {}
         lines += [f"### {name}", ""]
@@ -111,7 +109,7 @@ def block(commit: str) -> str:
 def stamp() -> None:
     """Write the RECORDED block into README.md (appended if the markers are missing)."""
     text = README.read_text()
-    new = block(_git("rev-parse", "--short", "HEAD"))
+    new = block()
     pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
     text = pattern.sub(lambda _: new, text) if pattern.search(text) else text + "\n" + new + "\n"
     README.write_text(text)
