@@ -113,9 +113,15 @@ def test_asample_answers_503_when_the_engine_is_full_and_nothing_is_lost(upstrea
     asample answers 503 with Retry-After and the store's reason. Fetching the results that were
     stored starts their 1 s retrieved TTL; as they expire the waiting finishes land, and all 16
     results are served whole: none stored was lost, none computed was dropped. Then asample is
-    accepted again."""
+    accepted again.
+
+    The test polls one result at a time, so each poll holds at most 1 s (`--poll-hold 1`):
+    a finish lands only when an earlier result's expiry makes room, and in whichever order the
+    waiting finishes retry, so a poll held the default 30 s on one that is not next would keep
+    the test from fetching the one that landed (the SDK holds its polls side by side)."""
     server = _full_engine(engines.embedded_engine(), 4 << 20)
     args = ("--store", server.url, "--retrieved-ttl", "1", "--retry-after", "1")
+    args += ("--poll-hold", "1")
     try:
         with start_server(upstream.url, *args) as process:
             api = Api(process.url)
