@@ -42,7 +42,7 @@ from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from impl.server.store import Key, Record, Retention, StoreUnavailable
+from impl.server.store import UNKNOWN_OWNER, Key, Record, Retention, StoreUnavailable
 from impl.server.store.redis import scripts as lua
 from impl.server.store.redis import slots
 from impl.server.store.redis.cluster_health import ClusterHealth
@@ -161,7 +161,7 @@ class ClusterStore(RedisStore):
         record = await super().get(request_id)
         recent = self.failover_at is not None and time.monotonic() - self.failover_at < GRACE_S
         if record is None and recent:
-            return Record(request_id, None, 1)  # being written again by its writer
+            return Record(request_id, None, 1, UNKNOWN_OWNER)  # its writer writes it again
         return record
 
     async def _finish(self, record: Record, state: str, error: str, payload: Any) -> None:
