@@ -67,17 +67,7 @@ class HotpathApp(FastAPI):
         if self.metrics is not None and scope["type"] == "http" and scope["path"] not in QUIET:
             await self.metrics.http(scope, receive, send, self.dispatch)
             return
-        # `dispatch`, inlined: with --no-metrics no request pays for the metrics' plumbing
-        if scope["type"] == "http":
-            handler = self.hot.get((scope["method"], scope["path"]))
-            if handler is not None:
-                await handler(scope, receive, send)
-                return
-            if scope["method"] != "GET":
-                receive = await self._checked_body(scope, receive, send)
-                if receive is None:
-                    return
-        await super().__call__(scope, receive, send)
+        await self.dispatch(scope, receive, send)
 
     async def dispatch(self, scope: Any, receive: Any, send: Any) -> None:
         """A hot route's raw handler, else FastAPI once the body passed the limits (what the

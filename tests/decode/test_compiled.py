@@ -10,6 +10,7 @@ equal the reference's. Every test runs for both; an unavailable one skips with i
 
 from __future__ import annotations
 
+import collections
 import importlib
 import itertools
 import json
@@ -76,22 +77,45 @@ def as_the_reference(compiled: Compiled, case: bytes) -> bool:
     return answered
 
 
+def as_python_parses(compiled: Compiled, case: bytes, where: object) -> str:
+    """The fast path answers `case` only if Python's json parses it, and then as the reference:
+    "rejected" (not JSON, and the fast path refused it), "answered" or "handed over" (JSON the
+    fast path left to the full parse). `where` names the case in a failure."""
+    fast = compiled.fast_path(case)
+    try:
+        json.loads(case)
+    except ValueError:
+        assert fast is None, where
+        return "rejected"
+    if fast is None:
+        return "handed over"
+    assert_same(compiled.decoder.decode(case), REFERENCE.decode(case))
+    return "answered"
+
+
 NUMBERS = b"[-0.5,1,-0,0,10,-12.5E-7,1E+2,0.5e-3,-0.0,1e5,2e-308,123456789012345678901234567890]"
 ALPHABET = b'{}[]:,"01-+.eEtrufalsnx\\ /u'
+#: where a value is inserted in a small body: just inside this array or object
+PLACES = {
+    "tokens": b'"tokens":[',
+    "top-logprobs": b'"top_logprobs":[',
+    "usage": b'"usage":{',
+    "text-offset": b'"text_offset":[',
+}
+
+
+def _small_body(place: str) -> tuple[bytes, int]:
+    """A 3-token, 2-choice body and the offset just inside PLACES[place]."""
+    small = synthetic.body_for(3, kind="vllm", n=2, seed=5)
+    return small, small.index(PLACES[place]) + len(PLACES[place])
 
 
 @pytest.mark.parametrize("base", [GOOD_VALUES, NUMBERS], ids=["every-value", "numbers"])
 @pytest.mark.parametrize("place", ["top-logprobs", "usage", "text-offset", "tokens"])
 @pytest.mark.heavy
 def test_accepts_only_what_python_accepts(base, place, compiled):
-    small = synthetic.body_for(3, kind="vllm", n=2, seed=5)
-    after, template = {
-        "tokens": (b'"tokens":[', b"%s,"),
-        "top-logprobs": (b'"top_logprobs":[', b"%s,"),
-        "usage": (b'"usage":{', b'"x":%s,'),
-        "text-offset": (b'"text_offset":[', b"%s,"),
-    }[place]
-    at = small.index(after) + len(after)
+    small, at = _small_body(place)
+    template = b'"x":%s,' if place == "usage" else b"%s,"
     decoder = compiled.decoder
     answered = valid = 0
     for value in mutants(seed=len(base) + len(place), count=1500, base=base, alphabet=ALPHABET):
@@ -126,20 +150,11 @@ def test_bulk_arrays_accept_only_what_python_accepts(array, compiled):
         end += 1
     content, tail = rest[: end - 1], rest[end - 1 :]
     assert len(content) > 5 * 64
-    answered = rejected = 0
-    for value in mutants(seed=len(array), count=2500, base=content, alphabet=ALPHABET):
-        case = head + value + tail
-        fast = compiled.fast_path(case)
-        try:
-            json.loads(case)
-        except ValueError:
-            assert fast is None, value
-            rejected += 1
-            continue
-        if fast is not None:
-            answered += 1
-            assert_same(compiled.decoder.decode(case), REFERENCE.decode(case))
-    assert answered > 100 and rejected > 1000  # both outcomes really exercised
+    seen = collections.Counter(
+        as_python_parses(compiled, head + value + tail, value)
+        for value in mutants(seed=len(array), count=2500, base=content, alphabet=ALPHABET)
+    )
+    assert seen["answered"] > 100 and seen["rejected"] > 1000  # both outcomes really exercised
 
 
 # Numbers in, near and just outside the form the bulk checks take (-?d.d+(e[+-]dd)?)
@@ -306,23 +321,15 @@ def test_every_byte_replaced_or_dropped(compiled):
     for what Python's json parses, and then exactly as the reference."""
     body = synthetic.body_for(48, kind="vllm", seed=7)
     assert body.count(b",") > 250
-    answered = rejected = 0
+    seen: collections.Counter[str] = collections.Counter()
     for at in range(len(body)):
         for new in [b"", *SUBSTITUTES]:
             case = body[:at] + new + body[at + 1 :]
-            if case == body:
-                continue
-            fast = compiled.fast_path(case)
-            try:
-                json.loads(case)
-            except ValueError:
-                assert fast is None, (at, new, case[max(at - 20, 0) : at + 20])
-                rejected += 1
-                continue
-            if fast is not None:
-                answered += 1
-                assert_same(compiled.decoder.decode(case), REFERENCE.decode(case))
-    assert answered > 1000 and rejected > 1000  # both outcomes really exercised
+            if case != body:
+                seen[
+                    as_python_parses(compiled, case, (at, new, case[max(at - 20, 0) : at + 20]))
+                ] += 1
+    assert seen["answered"] > 1000 and seen["rejected"] > 1000  # both outcomes really exercised
 
 
 TOKEN_IDS = [b"2147483647", b"2147483648", b"4294967297", b"18446744073709551617", b"-1", b"00"]
@@ -675,13 +682,8 @@ def test_bulk_logprobs_read_exactly(compiled):
 def test_skipped_numbers_in_arrays_and_objects(place, compiled):
     """Skipped numbers (array-of-scalars loop and the general loop): valid exactly when Python
     says so, at the 32-byte quick check's edge and at MAX_INT_DIGITS."""
-    small = synthetic.body_for(3, kind="vllm", n=2, seed=5)
-    after, template = {
-        "top-logprobs": (b'"top_logprobs":[', b'{"x":%s},'),
-        "usage": (b'"usage":{', b'"x":%s,'),
-        "text-offset": (b'"text_offset":[', b"%s,"),
-    }[place]
-    at = small.index(after) + len(after)
+    small, at = _small_body(place)
+    template = {"top-logprobs": b'{"x":%s},', "usage": b'"x":%s,'}.get(place, b"%s,")
     decoder = compiled.decoder
     digits = MAX_INT_DIGITS
     values = [*EDGE_NUMBERS, b"1" * digits, b"-" + b"1" * digits, b"1" * (digits + 1)]

@@ -161,16 +161,8 @@ def test_sdk_sample_sync(stack, sampler, n, prompt_logprobs, topk):
         topk_prompt_logprobs=topk,
     )
     response = future.result(timeout=60)
-    _check(
-        response,
-        upstream,
-        seed=seed,
-        prompt=prompt,
-        n=n,
-        max_tokens=12,
-        prompt_logprobs=prompt_logprobs,
-        topk=topk,
-    )
+    case = {"n": n, "prompt_logprobs": prompt_logprobs, "topk": topk}
+    _check(response, upstream, seed=seed, prompt=prompt, max_tokens=12, **case)
 
 
 @pytest.mark.parametrize(("n", "prompt_logprobs", "topk"), CASES)
@@ -196,16 +188,8 @@ def test_sdk_sample_async(stack, sampler, n, prompt_logprobs, topk):
 
     responses = asyncio.run(asyncio.wait_for(sample_all(), 60))
     for response, prompt, seed in zip(responses, prompts, seeds, strict=True):
-        _check(
-            response,
-            upstream,
-            seed=seed,
-            prompt=prompt,
-            n=n,
-            max_tokens=20,
-            prompt_logprobs=prompt_logprobs,
-            topk=topk,
-        )
+        case = {"n": n, "prompt_logprobs": prompt_logprobs, "topk": topk}
+        _check(response, upstream, seed=seed, prompt=prompt, max_tokens=20, **case)
 
 
 def test_gc_is_tuned_in_the_picked_server_only(stack):

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from impl.server.store import Record
 from impl.server.store.held import WOKEN, settle
+from impl.server.store.redis.keys import Space
 from impl.server.store.redis.scripts import BUCKET_S, now_ms, unkey
 
 log = logging.getLogger("hotpath.server")
@@ -38,6 +39,7 @@ class StoreBackground:
     owners: dict[str, int]
     on_takeover: Any
     session_logs: Any
+    space: Space
     health: Any
 
     def _wake(self, request_id: str) -> None:
@@ -144,16 +146,24 @@ class StoreBackground:
             args=[now, now + self.lease_ms, most],
         )
         for raw in claimed:
-            request_id = raw.decode()
-            state, n, key, body, options = await self.client.hmget(
-                self._record_key(request_id), "s", "n", "k", "jb", "jm"
-            )
-            if state != b"pending" or body is None:  # finished meanwhile, or expired
-                await self.client.zrem(self.pending_key, request_id)
-                continue
-            record = Record(request_id, unkey(key), int(n))
-            self.owned.add(request_id)
-            log.warning("taking over %s: its owner's lease lapsed", request_id)
-            if self.on_takeover is not None:
-                self.on_takeover(record, body, options.decode())
+            await self._take(self.space, raw.decode())
         return len(claimed)
+
+    async def _take(self, space: Space, request_id: str) -> None:
+        """Forward claimed `request_id` here, or drop it from the pending set if it finished."""
+        call = self._control_call
+        state, n, key, body, options = await call(
+            "HMGET", space.record(request_id), "s", "n", "k", "jb", "jm"
+        )
+        if state != b"pending" or body is None:  # finished meanwhile, or expired
+            await call("ZREM", space.pending, request_id)
+            return
+        record = Record(request_id, unkey(key), int(n))
+        self.owned.add(request_id)
+        log.warning("taking over %s: its owner's lease lapsed", request_id)
+        if self.on_takeover is not None:
+            self.on_takeover(record, body, options.decode())
+
+    def _control_call(self, *command: Any) -> Awaitable[Any]:
+        """One command of the takeover (a cluster sends it to its slot's node)."""
+        return self.client.execute_command(*command)

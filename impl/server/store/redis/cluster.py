@@ -37,7 +37,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
@@ -50,7 +50,7 @@ from impl.server.store.redis.cluster_pipeline import ClusterPipeline, Topology
 from impl.server.store.redis.health import StoreHealth
 from impl.server.store.redis.keys import Space
 from impl.server.store.redis.recovery import RENUMBER, Recovery
-from impl.server.store.redis.scripts import BUCKET_S, guard, now_ms, unkey
+from impl.server.store.redis.scripts import BUCKET_S, guard, now_ms
 from impl.server.store.redis.store import RedisStore
 
 log = logging.getLogger("hotpath.server")
@@ -92,18 +92,14 @@ class ClusterStore(RedisStore):
         url: str,
         retention: Retention,
         *,
-        to_json: Callable[[bytes], bytes],
         ack_replicas: int = 0,
         prefix: str = "hotpath:",
-        connections: int = 64,
         **options: Any,
     ) -> None:
+        """RedisStore's arguments (`options`), and `ack_replicas` for WAIT."""
         self.ack_replicas = ack_replicas
         self.spaces = [Space(f"{prefix}{{{tag}}}") for tag in slots.TAGS]
-        self.connections = connections
-        super().__init__(
-            url, retention, to_json=to_json, prefix=prefix, connections=connections, **options
-        )
+        super().__init__(url, retention, prefix=prefix, **options)
         self.recovery = Recovery(self)
         self.failover_at: float | None = None
         self.primaries: dict[int, str] = {}  # group -> its primary's address
@@ -389,18 +385,8 @@ class ClusterStore(RedisStore):
                 await self._take(space, raw.decode())
         return count
 
-    async def _take(self, space: Space, request_id: str) -> None:
-        state, n, key, body, options = await self.control_pipe.call(
-            "HMGET", space.record(request_id), "s", "n", "k", "jb", "jm"
-        )
-        if state != b"pending" or body is None:  # finished meanwhile, or expired
-            await self.control_pipe.call("ZREM", space.pending, request_id)
-            return
-        record = Record(request_id, unkey(key), int(n))
-        self.owned.add(request_id)
-        log.warning("taking over %s: its owner's lease lapsed", request_id)
-        if self.on_takeover is not None:
-            self.on_takeover(record, body, options.decode())
+    def _control_call(self, *command: Any) -> Any:
+        return self.control_pipe.call(*command)
 
     @guard
     async def _rewrite(

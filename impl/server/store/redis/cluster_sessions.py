@@ -14,18 +14,11 @@ each change is done key by key, in an order that leaves nothing a reader could m
 from __future__ import annotations
 
 from impl.server.store.redis.scripts import guard
-from impl.server.store.redis.sessions import RedisSessions
+from impl.server.store.redis.sessions import RedisSessions, adding
 
 # KEYS: session. ARGV: sampling id, owner. 1 when added, 0 when the session does not exist or
 # is another caller's.
-_ADD = """
-if redis.call('HGET', KEYS[1], 'o') ~= ARGV[2] then return 0 end
-local known = redis.call('HGET', KEYS[1], 'sampling') or ''
-if not string.find(' ' .. known .. ' ', ' ' .. ARGV[1] .. ' ', 1, true) then
-  redis.call('HSET', KEYS[1], 'sampling', known .. ' ' .. ARGV[1])
-end
-return 1
-"""
+_ADD = adding(2)
 # KEYS: session. ARGV: owner. Its sampling ids (space-separated), deleting it; false when there
 # is none or it is another caller's.
 _TAKE = """

@@ -33,16 +33,22 @@ redis.call('DEL', KEYS[1])
 return 1
 """
 
-# KEYS: session, sampling session. ARGV: sampling id, base model, owner.
-_SAMPLING = """
-if redis.call('HGET', KEYS[1], 'o') ~= ARGV[3] then return 0 end
-redis.call('SET', KEYS[2], ARGV[3] .. ' ' .. ARGV[2])
-local known = redis.call('HGET', KEYS[1], 'sampling') or ''
+
+def adding(owner: int, first: str = "") -> str:
+    """A script that answers 0 unless KEYS[1] is the session of caller ARGV[`owner`]; else
+    it runs `first` and adds sampling id ARGV[1] to the session's list (once), answering 1."""
+    return f"""
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[{owner}] then return 0 end
+{first}local known = redis.call('HGET', KEYS[1], 'sampling') or ''
 if not string.find(' ' .. known .. ' ', ' ' .. ARGV[1] .. ' ', 1, true) then
   redis.call('HSET', KEYS[1], 'sampling', known .. ' ' .. ARGV[1])
 end
 return 1
 """
+
+
+# KEYS: session, sampling session. ARGV: sampling id, base model, owner.
+_SAMPLING = adding(3, "redis.call('SET', KEYS[2], ARGV[3] .. ' ' .. ARGV[2])\n")
 # KEYS: session. ARGV: now, owner.
 _HEARTBEAT = """
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[2] then return 0 end
