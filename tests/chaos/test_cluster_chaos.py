@@ -5,9 +5,18 @@ Each test starts a real cluster (3 primaries, 3 replicas; tests/support/cluster.
 over a few thousand samples; once samples are pending in the store, a thread kills (kill -9) the
 primary holding the most keys (its replica is promoted), or a replica, or every node (then
 starts them again on their append-only files). Every sample must complete with exactly the
-tokens the router generated: 0 failed, 0 lost. The store's takeover, finished-twice and
-re-forward counts are printed with the run (`HOTPATH_CHAOS_REPORT=PATH` writes them as JSON);
-with `--store-ack-replicas 1` no sample needs a re-forward. Every node is stopped by PID.
+tokens the router generated: 0 failed, 0 lost. The store's takeover, finished-twice,
+written-again and re-forward counts are printed with the run (`HOTPATH_CHAOS_REPORT=PATH` writes
+them as JSON); with `--store-ack-replicas 1` no sample needs a re-forward. Every node is stopped
+by PID.
+
+A kill -9 alone rarely lands in the milliseconds between a primary's answer and its replica's
+copy, so the loss is made certain: the primary is first cut off from its replica
+(`Cluster.cut_off`: the replica's reconnects fail their AUTH), answers the load for
+LOSS_WINDOW_S, and is then killed. The promoted replica lacks every write of that window; the
+server must find the records missing, write them again and forward again those it had finished
+(`rewritten` and `reforwards` > 0). With `--store-ack-replicas 1` the same fault loses nothing
+that was answered: the writes of the window wait for a replica, answer 503 and are retried.
 """
 
 from __future__ import annotations
@@ -32,7 +41,12 @@ from tests.support.engines import params  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 SAMPLES = 3000
+#: how long a primary answers writes its replicas never get before it is killed: longer than a
+#: generation (--gen-seconds 3), so samples are both created and finished in the window
+LOSS_WINDOW_S = 4.0
 FIGURES: dict[str, dict] = {}
+#: the store's counters (summed over every process) each run reports
+COUNTERS = ("takeovers", "finished_twice", "reforwards", "rewritten", "pending")
 
 
 @pytest.fixture(params=params())
@@ -89,6 +103,38 @@ def _kill_busiest_primary_and_start_it_again(cluster: nodes.Cluster) -> dict:
     return done
 
 
+def _lose_writes_and_kill(cluster: nodes.Cluster) -> tuple[nodes.Node, list[nodes.Node], dict]:
+    """The busiest primary cut off from its replicas (`Cluster.cut_off`) for LOSS_WINDOW_S while
+    it answers the load, then killed -9: every write it answered in that window is missing on
+    the replica promoted in its place. Returns the killed node, its replicas, what it did."""
+    node = cluster.busiest_primary()
+    keys = node.client().dbsize()
+    replicas = cluster.cut_off(node)
+    time.sleep(LOSS_WINDOW_S)
+    written = node.info("replication")["master_repl_offset"]
+    replicated = max(r.info("replication")["master_repl_offset"] for r in replicas)
+    node.kill(signal.SIGKILL)
+    cluster.wait_ok()
+    cluster.reconnect(replicas)
+    return node, replicas, {
+        "killed": "cut-off primary", "port": node.port, "its_keys": keys,
+        "cut_off_s": LOSS_WINDOW_S, "unreplicated_bytes": written - replicated,
+    }  # fmt: skip
+
+
+def _kill_a_cut_off_primary(cluster: nodes.Cluster) -> dict:
+    return _lose_writes_and_kill(cluster)[2]
+
+
+def _kill_a_cut_off_primary_and_start_it_again(cluster: nodes.Cluster) -> dict:
+    """As `_kill_a_cut_off_primary`, then the node started again: it rejoins as the new
+    primary's replica (with acks from 1 replica, its shard refuses writes until then)."""
+    node, _, done = _lose_writes_and_kill(cluster)
+    node.start()
+    cluster.wait_ok()
+    return done
+
+
 def _kill_a_replica(cluster: nodes.Cluster) -> dict:
     node = cluster.replicas_of(cluster.busiest_primary())[0]
     node.kill(signal.SIGKILL)
@@ -133,7 +179,7 @@ def _run(name: str, cluster, tmp_path, fault, *extra: str) -> dict:
         "failed_by_class": summary["failed_by_class"],
         "retries": summary["retries"],
         "results_per_second": round(summary["results_per_second"], 1),
-        **{k: store.get(k) for k in ("takeovers", "finished_twice", "reforwards", "pending")},
+        **{k: store.get(k) for k in COUNTERS},
         "waits_one_process": backend.get("waits"),
     }
     FIGURES[name] = figures
@@ -157,6 +203,25 @@ def test_with_acks_from_a_replica_a_killed_primary_needs_no_reforward(cluster, t
     )  # fmt: skip
     assert figures["waits_one_process"], figures  # the writes did wait for a replica
     assert not figures["reforwards"], figures
+
+
+def test_acknowledged_writes_lost_with_a_primary_are_found_and_forwarded_again(cluster, tmp_path):
+    figures = _run("cluster cut-off primary kill -9", cluster, tmp_path, _kill_a_cut_off_primary)
+    assert figures["unreplicated_bytes"] > 0, figures  # it answered writes no replica had
+    assert figures["rewritten"], figures  # records the new primary lacked, written again
+    assert figures["reforwards"], figures  # finished samples whose results were lost
+
+
+def test_with_acks_from_a_replica_a_cut_off_primary_loses_nothing_to_forward_again(
+    cluster, tmp_path
+):
+    figures = _run(
+        "cluster cut-off primary kill -9, --store-ack-replicas 1", cluster, tmp_path,
+        _kill_a_cut_off_primary_and_start_it_again, "--server-arg=--store-ack-replicas=1",
+    )  # fmt: skip
+    assert figures["unreplicated_bytes"] > 0, figures
+    assert figures["waits_one_process"], figures
+    assert not figures["reforwards"] and not figures["rewritten"], figures
 
 
 def test_a_killed_replica_loses_nothing(cluster, tmp_path):

@@ -199,6 +199,29 @@ class Cluster:
                 found.append(node)
         return found
 
+    def cut_off(self, primary: Node, timeout: float = 10.0) -> list[Node]:
+        """Stop `primary`'s replicas from replicating it, both processes alive: each replica is
+        given a `masterauth` (the primary has no password, so the AUTH that opens every
+        reconnect fails), then the primary drops its replica links (`CLIENT KILL TYPE
+        replica`). The primary goes on answering writes that no replica gets; `reconnect`
+        undoes it. Returns the replicas, once the primary counts none connected."""
+        replicas = self.replicas_of(primary)
+        for node in replicas:
+            node.client().config_set("masterauth", "no-such-password")
+        primary.client().execute_command("CLIENT", "KILL", "TYPE", "replica")
+        deadline = time.monotonic() + timeout
+        while primary.info("replication").get("connected_slaves"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{primary.address} keeps its replicas: {primary.log()}")
+            time.sleep(0.02)
+        return replicas
+
+    def reconnect(self, replicas: list[Node]) -> None:
+        """Undo `cut_off` on those of `replicas` that are alive (each may be a primary by now)."""
+        for node in replicas:
+            if node.alive():
+                node.client().config_set("masterauth", "")
+
     def busiest_primary(self) -> Node:
         """The primary holding the most keys."""
         return max(self.primaries(), key=lambda n: n.client().dbsize())

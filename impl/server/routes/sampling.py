@@ -32,7 +32,7 @@ from impl.server.routes._raw import (
     header,
     respond,
 )
-from impl.server.store import FAILED, PENDING, StoreUnavailable
+from impl.server.store import FAILED, PENDING, UNKNOWN_OWNER, StoreUnavailable
 
 TRY_AGAIN = b'{"type":"try_again"}'
 _ASAMPLE = msgspec.json.Decoder(schemas.AsampleRequest)
@@ -204,7 +204,7 @@ async def retrieve_future(scope: Scope, receive: Receive, send: Send) -> None:
         return await respond(send, 422, limits.error_body(problem))
     store, polls = state.store, state.polls
     record = await store.get(request.request_id)
-    if record is None or record.owner != caller.name:  # another's answers as never submitted
+    if record is None or record.owner not in (caller.name, UNKNOWN_OWNER):  # another's: 404
         polls["retrieve_future_not_found"] += 1
         message = (
             f"unknown request_id {limits.quote(request.request_id)}: never submitted here, or "

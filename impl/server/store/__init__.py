@@ -32,6 +32,9 @@ from impl.server.store.completions import Entry, Target
 from impl.server.store.held import HeldPolls
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
+#: the owner of a record a store answers pending for without having it (a cluster's failover
+#: lost it, and its writer is writing it again): any caller may poll it
+UNKNOWN_OWNER = "\x00unknown"
 #: Payloads above this many bytes are converted to JSON in a worker thread.
 THREAD_JSON_BYTES = 1 << 20
 #: Most completions one retrieve_futures answer carries (the rest go with the next poll).

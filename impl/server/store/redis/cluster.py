@@ -22,10 +22,12 @@ the routes, scripts and rules are RedisStore's. What differs:
   missing on the promoted replica. Each process keeps what it wrote (the record's job) until
   a `WAIT` on that node says a replica has it; when a group's primary changes, it checks those
   records on the new primary and writes missing ones again (pending, the same request id) and
-  forwards again those whose forward had finished (`reforwards` on /healthz). A poll of a
-  missing record within GRACE_S of a failover answers pending, not 404. With
-  `--store-ack-replicas N`, a create and a finish answer only once N replicas have them
-  (`WAIT N`), so there is nothing to recover.
+  forwards again those whose forward had finished (`reforwards` on /healthz); before its
+  calls resume it moves those groups' session logs on, so no cursor the lost primary handed
+  out hides a later completion. Within GRACE_S of a failover a poll of a missing record
+  answers pending, not 404, and a session poll of an unknown cursor nothing yet, not 410. With
+  `--store-ack-replicas N`, a create, a finish and a session poll answer only once N replicas
+  have what they wrote or read (`WAIT N`), so there is nothing to recover.
 """
 
 from __future__ import annotations
@@ -40,14 +42,14 @@ from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from impl.server.store import Key, Record, Retention, StoreUnavailable
+from impl.server.store import UNKNOWN_OWNER, Key, Record, Retention, StoreUnavailable
 from impl.server.store.redis import scripts as lua
 from impl.server.store.redis import slots
 from impl.server.store.redis.cluster_health import ClusterHealth
 from impl.server.store.redis.cluster_pipeline import ClusterPipeline, Topology
 from impl.server.store.redis.health import StoreHealth
 from impl.server.store.redis.keys import Space
-from impl.server.store.redis.recovery import Recovery
+from impl.server.store.redis.recovery import RENUMBER, Recovery
 from impl.server.store.redis.scripts import BUCKET_S, guard, now_ms
 from impl.server.store.redis.store import RedisStore
 
@@ -111,10 +113,13 @@ class ClusterStore(RedisStore):
         return client, _cluster_client(url, 4, 5.0)
 
     def _pipeline(self, texts: dict[str, str]) -> ClusterPipeline:
-        texts = {**texts, "finish": _sharded(texts["finish"])}
+        texts = {**texts, "finish": _sharded(texts["finish"]), "renumber": RENUMBER}
         self.control_pipe = ClusterPipeline(self.topology, {"claim": lua.CLAIM})
         return ClusterPipeline(
-            self.topology, texts, ack_replicas=self.ack_replicas, acked=("create", "finish")
+            self.topology,
+            texts,
+            ack_replicas=self.ack_replicas,
+            acked=("create", "finish", "answer"),
         )
 
     def _health(self, timeout: float) -> StoreHealth:
@@ -152,13 +157,20 @@ class ClusterStore(RedisStore):
         record = await super().get(request_id)
         recent = self.failover_at is not None and time.monotonic() - self.failover_at < GRACE_S
         if record is None and recent:
-            return Record(request_id, None, 1)  # being written again by its writer
+            return Record(request_id, None, 1, UNKNOWN_OWNER)  # its writer writes it again
         return record
 
     async def _finish(self, record: Record, state: str, error: str, payload: Any) -> None:
         await super()._finish(record, state, error, payload)
         if not self.ack_replicas:
             self.recovery.finished(record)
+
+    def cursors_in_doubt(self) -> bool:
+        """While the store is away, or within GRACE_S of a failover, an unknown cursor may be
+        one the lost primary handed out, valid again once the logs are moved on (recovery.py):
+        its poll answers nothing yet rather than 410."""
+        recent = self.failover_at is not None and time.monotonic() - self.failover_at < GRACE_S
+        return recent or self.health.away is not None
 
     async def _finished_missing(
         self, record: Record, state: str, error: str, payload: bytes | None
@@ -233,6 +245,10 @@ class ClusterStore(RedisStore):
                 "process's writes there",
                 moved,
             )
+            try:  # before calls resume: a cursor the lost primary handed out stays valid
+                await self.recovery.renumber(moved)
+            except (RedisError, RedisClusterException, OSError, StoreUnavailable):
+                self.health.count("renumber")
             # after the calls resume (this may run while the store is still called away)
             task = asyncio.get_running_loop().create_task(self._recover(moved))
             self._tasks.append(task)

@@ -12,7 +12,11 @@ error (503, retried by the client).
 Acknowledged by replicas (`--store-ack-replicas N`): a node's pipeline that carries a write
 that must survive its primary (a create, a finish) ends with `WAIT N timeout` on the same
 connection, so the reply counts the replicas that have every write of that pipeline. Fewer
-than N: those calls fail (`StoreUnavailable`, 503), and their callers retry them.
+than N: those calls fail (`StoreUnavailable`, 503), and their callers retry them. A WAIT counts
+the replicas that have every write up to its connection's last, but such a call may answer from
+a write of another connection without writing itself (a create's retry finding the record its
+first try wrote; a session poll reading a finish): so the pipeline writes once more before the
+WAIT (an INCR of the call's slot's `w` key), and the reply then covers everything the calls saw.
 """
 
 from __future__ import annotations
@@ -159,19 +163,27 @@ class ClusterPipeline(AutoPipeline):
         wait = self.ack_replicas > 0 and any(
             c[0] == "EVALSHA" and c[1] in self.acked for c, _ in calls
         )
+        anchor = wait and next(
+            (c for c, asking in calls if not asking and c[0] == "EVALSHA" and c[1] in self.acked),
+            None,
+        )
         async with client.pipeline(transaction=False) as pipe:
             for command, asking in calls:
                 if asking:
                     pipe.execute_command("ASKING")
                 pipe.execute_command(*command)
+            if anchor:
+                pipe.execute_command("INCR", _write_key(anchor[3]))
             if wait:
                 pipe.execute_command("WAIT", self.ack_replicas, self.ack_timeout_ms)
             self.round_trips += 1
-            self.commands += len(calls) + wait
+            self.commands += len(calls) + wait + bool(anchor)
             out = await pipe.execute(raise_on_error=False)
         if wait:
             self.waits += 1
             confirmed = out.pop()
+            if anchor:
+                out.pop()
             if isinstance(confirmed, Exception) or int(confirmed) < self.ack_replicas:
                 error = StoreUnavailable(
                     f"the shared store's node {address[0]}:{address[1]} had the write confirmed "
@@ -197,3 +209,9 @@ class ClusterPipeline(AutoPipeline):
             replies.append(out[position])
             position += 1
         return replies
+
+
+def _write_key(key: Any) -> str:
+    """The `w` key of `key`'s hash tag (`hotpath:{tag}...` -> `hotpath:{tag}w`): same slot."""
+    text = key.decode() if isinstance(key, bytes) else str(key)
+    return text[: text.index("}") + 1] + "w"

@@ -10,14 +10,25 @@ group's primary changes are checked on the new primary (`check`):
 
 - missing: written again with the same request id (the CREATE script: record, dedup key,
   pending, the session log's pending count); if this process's forward is still running, its
-  finish lands on it; if it had finished, the sample is forwarded again (`reforwards`);
+  finish lands on it; if it had finished, the sample is forwarded again (`reforwards`; each
+  record written again counts `rewritten`; both are summed over the processes in /healthz's
+  `store`);
 - pending though this process had finished it (the finish was the lost write): forwarded again.
+
+Before any call resumes, every process moves on the session logs of the groups whose primary
+changed (`renumber`, from ClusterStore's return from the outage): a poll answered by the lost
+primary may hold a cursor past the new primary's log head, where later finishes would land and
+be taken as seen (or the cursor is unknown there: 410). Each log's heads move LOG_ROOM
+positions on (their entries with them), past every position the lost primary can have handed
+out; a client's cursor then lies before them, and its next poll reports them (some a second
+time, which a poller ignores). Positions only move up, so a second process's move loses
+nothing either.
 
 A finish that finds no record (`-2` from FINISH: its create was lost) writes the record again
 and finishes it. What this cannot bring back: a record whose writer died with the primary (the
-lease of a pending one then lapses on the new primary only if its create reached it), and a
-session-log position a poll was answered with just before the loss (the poll's cursor is then
-unknown to the new primary: 410). `--store-ack-replicas 1` closes both windows.
+lease of a pending one then lapses on the new primary only if its create reached it).
+`--store-ack-replicas 1` closes that window (and its session polls answer only what a replica
+has: cluster_pipeline.py).
 """
 
 from __future__ import annotations
@@ -40,6 +51,21 @@ log = logging.getLogger("hotpath.server")
 CONFIRM_S = 0.5
 #: an entry no primary confirmed (a cluster without replicas) is dropped after this long
 KEEP_S = 60.0
+#: how far a session log's positions move on after a failover: more completions than one
+#: target can have had in the moments a primary's replica lagged
+LOG_ROOM = 1 << 20
+# KEYS: a session's log hash. ARGV: room. Moves each clone's log head (and so the positions
+# of its entries) `room` on; returns how many it moved.
+RENUMBER = """
+local moved = 0
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(field, -2) == ':h' then
+    redis.call('HINCRBY', KEYS[1], field, ARGV[1])
+    moved = moved + 1
+  end
+end
+return moved
+"""
 
 
 @dataclass(slots=True)
@@ -63,6 +89,7 @@ class Recovery:
         self.rewritten = 0
         self.reforwards = 0
         self.confirmations = 0
+        self.renumbered = 0
 
     def wrote(self, record: Record, job: Any) -> None:
         group = slots.group_of_id(record.request_id) or 0
@@ -89,6 +116,9 @@ class Recovery:
         written = await self.store._rewrite(request_id, record.key, n, job, owner)
         if written:
             self.rewritten += 1
+            with contextlib.suppress(RedisError, OSError):
+                space = self.store._space_of(request_id)
+                await self.store.pipe.call("HINCRBY", space.stats, "rewritten", 1)
             log.warning("%s was lost with a primary: written again", request_id)
         return written
 
@@ -159,6 +189,24 @@ class Recovery:
             elif state == b"pending" and entry.finished and rid not in store.owned:
                 await self.forward_again(rid, entry)
 
+    async def renumber(self, groups: list[int]) -> None:
+        """Move every session log of `groups` LOG_ROOM positions on (the docstring), on each
+        group's new primary."""
+        store = self.store
+        for group in groups:
+            name = store.primaries.get(group)
+            if name is None:
+                continue
+            host, port = name.rsplit(":", 1)
+            client = store.topology.client(host, int(port))
+            match = store.spaces[group].meta("*")
+            keys = [key async for key in client.scan_iter(match=match, count=1000)]
+            moved = await asyncio.gather(
+                *(store.pipe.script("renumber", [key.decode()], [LOG_ROOM]) for key in keys),
+                return_exceptions=True,
+            )
+            self.renumbered += sum(1 for m in moved if not isinstance(m, BaseException))
+
     async def forward_again(self, request_id: str, entry: Written) -> None:
         """Forward a record this process had finished, whose result a failover lost."""
         store = self.store
@@ -178,4 +226,5 @@ class Recovery:
             "unconfirmed_writes": len(self.entries),
             "rewritten_here": self.rewritten,
             "reforwards_here": self.reforwards,
+            "logs_renumbered_here": self.renumbered,
         }

@@ -382,6 +382,11 @@ class RedisStore(SessionPolling, StoreBackground):
         record.state = state
         self._wake(record.request_id)
 
+    def cursors_in_doubt(self) -> bool:
+        """Whether a session-log cursor this store does not know may yet become valid (a
+        cluster's failover: cluster.py); one engine: never."""
+        return False
+
     async def _finished_missing(
         self, record: Record, state: str, error: str, payload: bytes | None
     ) -> None:
