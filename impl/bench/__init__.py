@@ -26,7 +26,7 @@ from impl.bench._common import Section
 from impl.measure import environment
 
 #: Sections in the order they run; each is `impl.bench.<name>`.
-SECTIONS: tuple[str, ...] = (*registry.families(), "server", "endtoend")
+SECTIONS: tuple[str, ...] = (*registry.families(), "server", "runtime", "endtoend")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

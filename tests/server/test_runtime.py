@@ -25,7 +25,7 @@ import pytest
 
 from impl import registry
 from impl.runtime import LACKS
-from tests.support.server import API_KEY, address_of, exchange, start_server
+from tests.support.server import API_KEY, Api, address_of, exchange, start_server
 
 pytestmark = pytest.mark.heavy
 
@@ -214,6 +214,35 @@ def test_access_log_has_a_line_per_request_but_not_the_probes(servers, name):
     lines = [line for line in server.lines if marker in line]
     assert len(lines) == 1 and f'"GET {marker} HTTP/1.1" 404' in lines[0], lines
     assert not any('"GET /readyz ' in line or '"GET /livez ' in line for line in server.lines)
+
+
+def _delivered(server) -> float:
+    """The server's count of results marked delivered (/metrics)."""
+    text = urllib.request.urlopen(server.url + "/metrics", timeout=30).read().decode()
+    lines = [line for line in text.splitlines() if line.startswith("hotpath_store_delivered_total")]
+    assert lines, "no delivered counter on /metrics"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+@pytest.mark.parametrize("name", RUNTIMES)
+def test_a_result_fetched_by_retrieve_future_is_marked_delivered(servers, name):
+    """The per-request poll's answer with a result: the body arrives and the result is marked
+    delivered (its retrieved TTL starts), with nothing in the log (the delivery check reads
+    the runtime's `receive()` once without waiting, whatever awaitable it gives)."""
+    _available(name)
+    server, api = servers[name], Api(servers[name].url)
+    try:
+        before = _delivered(server)
+        request_id = api.asample(api.sampling_session(), 0, seed=11).json()["request_id"]
+        answer = api.result(request_id, proto=False)
+        assert answer.status_code == 200 and answer.json()["sequences"], answer.text[:300]
+        deadline = time.monotonic() + 10
+        while _delivered(server) < before + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _delivered(server) == before + 1
+        assert "Traceback" not in server.stderr()
+    finally:
+        api.close()
 
 
 @pytest.mark.parametrize("name", RUNTIMES)

@@ -74,11 +74,19 @@ def client_gone(receive: Receive) -> bool:
     still there (the request body was read in full, so nothing else can be pending). The
     suspended step is closed, leaving nothing behind: the same check Starlette's
     `Request.is_disconnected()` makes with a cancelled scope, without a task or a scope.
+    granian's `receive()` gives a future instead of a coroutine: done when it already holds
+    `http.disconnect`, else cancelled (the same answer, nothing left behind).
     """
-    step = receive()
+    step: Any = receive()
+    if not hasattr(step, "send"):  # a future (granian), not a coroutine (uvicorn)
+        if not step.done():
+            step.cancel()
+            return False
+        held = None if step.cancelled() or step.exception() else step.result()
+        return (held or {}).get("type") == "http.disconnect"
     try:
-        step.send(None)  # type: ignore[attr-defined]
+        step.send(None)
     except StopIteration as done:
         return (done.value or {}).get("type") == "http.disconnect"
-    step.close()  # type: ignore[attr-defined]
+    step.close()
     return False
