@@ -66,7 +66,8 @@ class Intake:
         if not self.waiting and (self.admitted_this_turn < self.per_turn or not self.bounded()):
             self.admitted_this_turn += 1
             self.admitted += 1
-            self._arm()
+            if not self._scheduled:  # `_arm`, inlined: this is every asample's path
+                self._arm()
             return
         waiter = asyncio.get_running_loop().create_future()
         self.waiting.append(waiter)
