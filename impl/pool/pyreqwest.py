@@ -94,13 +94,17 @@ class PyreqwestForwarder:
             request = client.post(url).headers(headers).body_bytes(body)
             request = request.streamed_read_buffer_limit(READ_BUFFER).build_streamed()
             async with request as response:
+                length = content_length(response.get_header("content-length"))
                 if admit is not None:
-                    length = content_length(response.get_header("content-length"))
                     await admit(response.status, length)
                 reader = response.body_reader
                 parts = []
-                while (chunk := await reader.read_chunk()) is not None:
+                # A declared length read in full ends the body: no further read is awaited
+                # for the end (each read is a hand-over to the client's runtime and back).
+                got, end = 0, -1 if length is None else length
+                while got != end and (chunk := await reader.read_chunk()) is not None:
                     parts.append(chunk)
+                    got += len(chunk)
                 data = b"".join(parts)
                 del parts
         except BuilderError as exc:  # an unusable URL or header: never sent

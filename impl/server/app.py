@@ -65,7 +65,9 @@ class HotpathApp(FastAPI):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # the probes skip the metrics (an orchestrator's probes would be most of the counts)
         if self.metrics is not None and scope["type"] == "http" and scope["path"] not in QUIET:
-            await self.metrics.http(scope, receive, send, self.dispatch)
+            # a hot route's handler is timed directly (what `dispatch` would call)
+            handler = self.hot.get((scope["method"], scope["path"])) or self.dispatch
+            await self.metrics.http(scope, receive, send, handler)
             return
         await self.dispatch(scope, receive, send)
 

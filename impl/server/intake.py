@@ -25,6 +25,7 @@ what a sample's latency measures. `per_turn` 0 admits every asample at once (as
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 
 #: seconds after a poll or a fetch during which asamples are bounded per turn
@@ -51,13 +52,15 @@ class Intake:
         self.peak_waiting = 0
 
     def finishing(self) -> None:
-        """A poll or a fetch is being served: bound the asamples for the next CONTENDED s."""
+        """A poll or a fetch is being served: bound the asamples for the next CONTENDED s
+        (the process's monotonic clock: on Python 3.11 each `asyncio.get_running_loop()` is
+        a getpid system call, and this runs on every poll)."""
         if self.per_turn:
-            self._finishing_until = asyncio.get_running_loop().time() + self.contended
+            self._finishing_until = time.monotonic() + self.contended
 
     def bounded(self) -> bool:
         """True while results are going out (asamples then wait their turn)."""
-        return asyncio.get_running_loop().time() < self._finishing_until
+        return time.monotonic() < self._finishing_until
 
     async def turn(self) -> None:
         """Return once this asample may proceed (at once while the turn has room)."""
@@ -66,7 +69,8 @@ class Intake:
         if not self.waiting and (self.admitted_this_turn < self.per_turn or not self.bounded()):
             self.admitted_this_turn += 1
             self.admitted += 1
-            self._arm()
+            if not self._scheduled:  # `_arm`, inlined: this is every asample's path
+                self._arm()
             return
         waiter = asyncio.get_running_loop().create_future()
         self.waiting.append(waiter)

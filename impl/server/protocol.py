@@ -109,8 +109,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return  # lingering: dropped
-        if self._in_head and self._over_head_limit(data):
-            return self._refuse(431, "header_bytes", self._head_message())
+        if self._in_head:
+            size = self._head_bytes + len(data)
+            if size <= self.max_head and len(data) >= 3:  # `_over_head_limit`'s common case
+                self._head_bytes, self._tail = size, data[-3:]
+            elif self._over_head_limit(data):
+                return self._refuse(431, "header_bytes", self._head_message())
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -153,7 +157,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             raise _TooManyHeaders
         self._in_head = False
         self._head_bytes, self._tail = 0, b""
-        self._disarm()
+        if self._timer is not None:
+            self._disarm()
         if self.url == b"/livez" and self.parser.get_method() == b"GET" and self._idle():
             return self._answer_live()
         super().on_headers_complete()
@@ -162,7 +167,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._in_head = True  # what comes next is the next request's head
-        self._disarm()
+        if self._timer is not None:
+            self._disarm()
         if self.cycle is not None:  # None: the connection's first request was a /livez
             super().on_message_complete()
 
@@ -193,7 +199,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- timers and refusals ------------------------------------------------------------------
     def _arm(self, delay: float, callback: Any) -> None:
-        self._disarm()
+        if self._timer is not None:
+            self._disarm()
         self._due = self.loop.time() + delay
         self._timer = self.loop.call_later(delay, callback)
 
