@@ -68,7 +68,7 @@ sanitize: $(STAMP)
 ASV := $(BIN)/python -m asv
 ASV_MACHINE ?= hotpath-ci
 N ?= 20
-.PHONY: asv asv-history dashboard perf gate gate-demo
+.PHONY: asv asv-history dashboard dashboard-local perf gate gate-demo
 
 asv: $(STAMP)
 	$(ASV) machine --yes --machine $(ASV_MACHINE)
@@ -91,7 +91,14 @@ asv-history: $(STAMP)
 		--skip-existing-commits --launch-method spawn $(ARGS) \
 		HASHFILE:.asv/history-commits.txt || [ $$? -eq 2 ]
 
+# The committed history (benchmarks/results/) published into .asv/history-html, offline;
+# nothing is measured. dashboard-local: the same for this clone's own .asv/results.
 dashboard: $(STAMP)
+	$(HISTORY_ASV) publish
+	$(BIN)/python -m impl.ci.dashboard .asv/history-html
+	@echo "open: $(BIN)/python -m http.server --bind 127.0.0.1 8080 -d .asv/history-html  ->  http://127.0.0.1:8080/"
+
+dashboard-local: $(STAMP)
 	$(ASV) publish
 	$(BIN)/python -m impl.ci.dashboard .asv/html
 	@echo "open: $(BIN)/python -m http.server --bind 127.0.0.1 8080 -d .asv/html  ->  http://127.0.0.1:8080/"
