@@ -130,11 +130,41 @@ def draw(points: list[Point], size: int) -> Figure:
     return fig
 
 
+def regressions(html: Path) -> list[str]:
+    """asv's detected regressions of a published history (`html`/regressions.json), one
+    markdown line each: the benchmark, its parameters, and each step's commits and values."""
+    found = json.loads((html / "regressions.json").read_text())["regressions"]
+    revisions = json.loads((html / "index.json").read_text())["revision_to_hash"]
+    lines = []
+    for name, _path, params, _index, last, best, jumps in found:
+        shown = ", ".join(f"{k}={v}" for k, v in params.items())
+        for before, after, value_before, value_after in jumps:
+            start = revisions.get(str(before), "")[:7] if before is not None else ""
+            commits = (
+                f"{start}..{revisions[str(after)][:7]}" if start else revisions[str(after)][:7]
+            )
+            lines.append(
+                f"- `{name}`{f' ({shown})' if shown else ''}: {commits}, "
+                f"{value_before:.4g} -> {value_after:.4g} ({value_after / value_before:.2f}x; "
+                f"last {last:.4g}, best {best:.4g})"
+            )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m impl.analysis.history", description=__doc__)
     parser.add_argument("--results", type=Path, default=RESULTS, help="(%(default)s)")
     parser.add_argument("--out", type=Path, default=OUT, help="(%(default)s)")
+    parser.add_argument(
+        "--regressions",
+        type=Path,
+        metavar="HTML",
+        help="print asv's detected regressions of a published history (make dashboard's html)",
+    )
     args = parser.parse_args(argv)
+    if args.regressions:
+        print("\n".join(regressions(args.regressions)) or "no regression detected")
+        return 0
     points = first_parent(read_points(args.results))
     if not points:
         parser.error(f"no results of machine {MACHINE} under {args.results}")

@@ -53,6 +53,7 @@ def test_frozen_body_is_read_back(tmp_path, monkeypatch) -> None:
     assert history_compat.frozen_body("prose", 128) == b'{"kept": 1}'
 
 
+@pytest.mark.heavy
 def test_synthetic_body_is_the_gates_input() -> None:
     from impl.workloads.synthetic import body_for
 
