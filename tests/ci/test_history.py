@@ -20,6 +20,12 @@ def test_fixed_environment_is_the_gates() -> None:
     assert history.FIXED_ENV == icount.FIXED_ENV
 
 
+def test_every_registered_decoder_is_a_history_parameter() -> None:
+    from impl import registry
+
+    assert set(registry.names("decode")) <= set(history.DECODERS)
+
+
 def test_counted_steps_are_gate_steps() -> None:
     assert set(history.ICOUNT_STEPS) <= set(icount.STEPS)
 
