@@ -73,8 +73,9 @@ def read_points(results: Path = RESULTS, machine: str = MACHINE) -> dict[str, Po
     return points
 
 
-def first_parent(points: dict[str, Point], branch: str = "main") -> list[Point]:
-    """The measured commits in first-parent order of `branch`, oldest first."""
+def first_parent(points: dict[str, Point], branch: str = "main") -> list[tuple[int, Point]]:
+    """The measured commits in first-parent order of `branch`, oldest first, each with its
+    position among all of the branch's first-parent commits (1: the first)."""
     order = subprocess.run(
         ["git", "rev-list", "--first-parent", "--reverse", branch],
         cwd=ROOT,
@@ -82,7 +83,7 @@ def first_parent(points: dict[str, Point], branch: str = "main") -> list[Point]:
         text=True,
         check=True,
     ).stdout.split()
-    return [points[c] for c in order if c in points]
+    return [(i, points[c]) for i, c in enumerate(order, 1) if c in points]
 
 
 def body_bytes() -> int:
@@ -104,7 +105,7 @@ def steps(series: list[tuple[int, float, str]]) -> list[tuple[int, float, str]]:
     return out
 
 
-def draw(points: list[Point], size: int) -> Figure:
+def draw(points: list[tuple[int, Point]], size: int) -> Figure:
     """The three panels over `points` (oldest first); `size`: the decode body's bytes."""
     size = size / 1e9  # GB
     panels = [
@@ -115,7 +116,7 @@ def draw(points: list[Point], size: int) -> Figure:
     fig = Figure(figsize=(11, 9), layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True)
     for ax, (title, value) in zip(axes, panels, strict=True):
-        series = [(i, v, p.commit[:7]) for i, p in enumerate(points) if (v := value(p))]
+        series = [(i, v, p.commit[:7]) for i, p in points if (v := value(p))]
         if series:
             xs, ys, _ = zip(*series, strict=True)
             ax.plot(xs, ys, marker="o", markersize=3, linewidth=1)
@@ -123,8 +124,8 @@ def draw(points: list[Point], size: int) -> Figure:
                 ax.annotate(commit, (x, y), textcoords="offset points", xytext=(2, 6), fontsize=7)
         ax.set_title(title, loc="left", fontsize=10)
         ax.grid(alpha=0.3)
-    axes[-1].set_xlabel("first-parent commits of main, oldest first (named: a step of 15% or more)")
-    first, last = points[0].commit[:7], points[-1].commit[:7]
+    axes[-1].set_xlabel("landing (first-parent commit of main, 1: the first); named: a 15%+ step")
+    first, last = points[0][1].commit[:7], points[-1][1].commit[:7]
     fig.suptitle(f"hotpath's history on machine {MACHINE}: {len(points)} commits, {first}..{last}")
     fig.text(0.01, 0.002, "timings carry the day's load; instruction counts do not", fontsize=7)
     return fig
