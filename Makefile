@@ -72,7 +72,7 @@ N ?= 20
 
 asv: $(STAMP)
 	$(ASV) machine --yes --machine $(ASV_MACHINE)
-	$(ASV) run --machine $(ASV_MACHINE) $(ARGS) HEAD^!
+	$(ASV) run --machine $(ASV_MACHINE) $(if $(findstring -b,$(ARGS)),,--bench '^bench_') $(ARGS) HEAD^!
 
 # The history subset (benchmarks/history.py) over the N newest first-parent commits of main,
 # skipping the commits already measured; results go to benchmarks/results/ (committed) under
