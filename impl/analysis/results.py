@@ -7,7 +7,10 @@ One command, three steps, all from the same runs:
    end). `--no-record`: the server's recorded picks stay as they were.
 2. The notebooks rerun on that sample and rewrite `--figures` (default notebooks/figures/);
    every figure's footer names the commit, CPU and date of the run it plots.
-3. Each README table between `<!-- results:FAMILY -->` and `<!-- /results:FAMILY -->` is
+3. The history figure (`impl.analysis.history`) is redrawn from the committed asv history
+   (benchmarks/results/), unless `--only` or `--notebooks` asks for a part; nothing of it is
+   measured here.
+4. Each README table between `<!-- results:FAMILY -->` and `<!-- /results:FAMILY -->` is
    rewritten from the same sample, under a line naming the commit, the date, the command and
    the load average when the results were written.
 
@@ -258,6 +261,10 @@ def markdown_table(results: dict[str, Any], family: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     done = refresh(args)
+    if not (args.only or args.notebooks):  # a whole run: the committed asv history too
+        from impl.analysis import history
+
+        history.main(["--out", str(args.figures / "history.png")])
     print(f"sample: {args.data}\nfigures: {args.figures}\nREADME tables: {', '.join(done)}")
     return 0
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import re
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -131,3 +133,78 @@ def test_front_page_lists_the_benchmark(server: str, tmp_path: Path) -> None:
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "Tiny" in dom.stdout or "tiny" in dom.stdout
     assert "bench_tiny" in dom.stdout
+
+
+HISTORY_BENCH = "history.Instructions.track_instructions"
+#: counts the points each flot plot is handed, into <body data-points>, once flot has loaded
+COUNT_POINTS = """<script>
+(function () {
+  var plot = $.plot;
+  $.plot = function (where, series, options) {
+    var most = Number(document.body.getAttribute("data-points") || 0);
+    series.forEach(function (s) {
+      var shown = (s.data || []).filter(function (p) { return p && p[1] !== null; }).length;
+      most = Math.max(most, shown);
+    });
+    document.body.setAttribute("data-points", String(most));
+    return plot.apply(this, arguments);
+  };
+  Object.keys(plot).forEach(function (key) { $.plot[key] = plot[key]; });
+})();
+</script>
+"""
+
+
+def _measured(results: Path, benchmark: str) -> int:
+    """Commits of the committed history with a value of `benchmark` (for any parameter)."""
+    count = 0
+    for path in (results / "hotpath-history").glob("*-*.json"):
+        if path.name == "machine.json":
+            continue
+        entry = json.loads(path.read_text())["results"].get(benchmark)
+        if entry and any(value is not None for value in entry[0] or []):
+            count += 1
+    return count
+
+
+@pytest.fixture(scope="module")
+def history_server(tmp_path_factory):
+    """The committed history (asv.history.json) published into a temporary html dir, with
+    COUNT_POINTS added to its page, served on 127.0.0.1; (base URL, commits measured)."""
+    root = tiny.ROOT
+    html = tmp_path_factory.mktemp("history-html")
+    command = [sys.executable, "-m", "asv", "publish", "--config", "asv.history.json"]
+    done = subprocess.run(
+        [*command, "--html-dir", str(html)], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    dashboard.vendor(html)
+    page = html / "index.html"
+    page.write_text(page.read_text().replace("</head>", COUNT_POINTS + "</head>", 1))
+    handler = functools.partial(_QuietHandler, directory=str(html))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield (
+            f"http://127.0.0.1:{httpd.server_address[1]}",
+            _measured(root / "benchmarks" / "results", HISTORY_BENCH),
+        )
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(10)
+
+
+@pytest.mark.slow
+def test_committed_history_graph_has_a_point_per_commit(history_server, tmp_path: Path) -> None:
+    """The instruction-count graph of the committed history is drawn with one point for each
+    commit that has a count."""
+    url, measured = history_server
+    assert measured >= 2, "benchmarks/results holds fewer than two measured commits"
+    dom = _chromium(tmp_path, "--dump-dom", f"{url}/#{HISTORY_BENCH}")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "flot-base" in dom.stdout, "no flot canvas in the rendered DOM"
+    found = re.search(r'data-points="(\d+)"', dom.stdout)
+    assert found, "the page drew no plot"
+    assert int(found.group(1)) >= measured, (found.group(1), measured)
