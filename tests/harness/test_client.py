@@ -16,6 +16,7 @@ import pytest
 
 from impl.harness import load, presets, procs, report, watch
 from impl.harness.client.config import ClientConfig, parse_sample_response
+from tests.support.runs import few_samples
 
 STANDIN = Path(__file__).parents[1] / "support" / "standin.py"
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,15 +174,7 @@ def test_timeout_bounds_the_run(standin):
 def test_retries_are_bounded(standin):
     """An asample that fails every time stops after --tries with its class, not forever."""
     s = standin("--asample-fail", "503:1")  # only the first try of each fails...
-    run = load.run_scenario(
-        presets.Scenario(num_requests=8, client_processes=1, timeout=30.0),
-        label="t",
-        url=s.url,
-        tries=1,
-        backoff_base=0.001,
-        warmup=0,
-        progress_bar=False,
-    )
+    run = few_samples(s.url, tries=1, backoff_base=0.001, timeout=30.0)
     assert run["failed"] == {"asample_503": 8}  # ...but one try allows no retry
 
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from impl.harness import load, presets
 from impl.harness.client.config import STORE_UNAVAILABLE, store_unavailable
 from impl.harness.client.session_poll import SessionPoller
 from impl.server.store.redis import embedded
 from tests.support import engines
 from tests.support.faults import OwnStore
+from tests.support.runs import few_samples
 from tests.support.server import start_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,16 +76,7 @@ def test_samples_that_meet_a_dead_store_fail_as_store_unavailable(upstream, tmp_
     try:
         with start_server(upstream.url, "--store", engine.url) as server:
             engine.kill()
-            scenario = presets.Scenario(num_requests=8, client_processes=1, timeout=60.0)
-            run = load.run_scenario(
-                scenario,
-                label="t",
-                url=server.url,
-                tries=2,
-                backoff_base=0.01,
-                warmup=0,
-                progress_bar=False,
-            )
+            run = few_samples(server.url, tries=2, backoff_base=0.01)
     finally:
         engine.stop()
     assert run["failed"] == {STORE_UNAVAILABLE: 8}, run["examples"]

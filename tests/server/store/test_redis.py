@@ -57,9 +57,22 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def test_a_record_made_in_one_process_is_seen_and_woken_in_another(engine):
+def on_two_processes(engine, test, **overrides) -> None:
+    """`await test(a, b)` on `two_processes(engine, **overrides)`, both closed after it."""
+
     async def go():
-        a, b = two_processes(engine)
+        a, b = two_processes(engine, **overrides)
+        try:
+            await test(a, b)
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    run(go())
+
+
+def test_a_record_made_in_one_process_is_seen_and_woken_in_another(engine):
+    async def go(a, b):
         await a.open()
         await b.open()
         record = await a.create(("ss", 1), 2)
@@ -75,17 +88,14 @@ def test_a_record_made_in_one_process_is_seen_and_woken_in_another(engine):
         await b.refresh()
         assert b.stats()["completed"] == 1 and b.stats()["pending"] == 0
         assert b.stats()["stored_bytes"] == len(b"proto")
-        await a.aclose()
-        await b.aclose()
 
-    run(go())
+    on_two_processes(engine, go)
 
 
 def test_a_missed_wake_up_loses_nothing(engine):
     """No subscriber at all (open() not called): wait re-reads the record and sees the result."""
 
-    async def go():
-        a, b = two_processes(engine)
+    async def go(a, b):
         record = await a.create(None, 1)
         seen = await b.get(record.request_id)
         await a.complete(record, b"late")
@@ -97,15 +107,12 @@ def test_a_missed_wake_up_loses_nothing(engine):
         loop.call_later(0.05, lambda: asyncio.ensure_future(a.fail(other, "boom")))
         await b.wait(seen, 0.3)  # no listener: the re-read when the hold ends
         assert seen.state == FAILED and seen.error == "boom"
-        await a.aclose()
-        await b.aclose()
 
-    run(go())
+    on_two_processes(engine, go)
 
 
 def test_dedup_is_atomic_across_processes(engine):
-    async def go():
-        a, b = two_processes(engine)
+    async def go(a, b):
         made = await asyncio.gather(
             *(s.create(("ss", 7), 1) for s in (a, b) for _ in range(5)), return_exceptions=False
         )
@@ -115,15 +122,12 @@ def test_dedup_is_atomic_across_processes(engine):
         found = await b.lookup(("ss", 7))
         assert found.request_id == fresh[0].request_id
         assert await b.lookup(("ss", 8)) is None
-        await a.aclose()
-        await b.aclose()
 
-    run(go())
+    on_two_processes(engine, go)
 
 
 def test_both_clocks_use_the_engines_expiry(engine):
-    async def go():
-        a, b = two_processes(engine, completed_ttl=0.3, retrieved_ttl=0.2, dedup_ttl=30.0)
+    async def go(a, b):
         kept, taken = await a.create(("s", 1), 1), await a.create(("s", 2), 1)
         await a.complete(kept, b"k" * 10)
         await a.complete(taken, b"t" * 10)
@@ -138,10 +142,8 @@ def test_both_clocks_use_the_engines_expiry(engine):
         assert late.request_id == taken.request_id
         await a.refresh()
         assert a.stats()["late_duplicates"] == 1
-        await a.aclose()
-        await b.aclose()
 
-    run(go())
+    on_two_processes(engine, go, completed_ttl=0.3, retrieved_ttl=0.2, dedup_ttl=30.0)
 
 
 def test_caps_hold_across_processes(engine):
@@ -163,8 +165,7 @@ def test_caps_hold_across_processes(engine):
 
 
 def test_a_lapsed_lease_is_taken_over_with_its_job(engine):
-    async def go():
-        a, b = two_processes(engine, lease=0.2)
+    async def go(a, b):
         job = Job(b'{"prompt":[1,2,3],"n":2}', DecodeJob([1, 2, 3], 2, 0, True), 4096)
         record = await a.create(("s", 1), 2, job)
         taken: list = []
@@ -181,10 +182,8 @@ def test_a_lapsed_lease_is_taken_over_with_its_job(engine):
         assert seen.payload == b"done"
         await a.refresh()
         assert a.stats()["takeovers"] == 1 and a.stats()["finished_twice"] == 1
-        await a.aclose()
-        await b.aclose()
 
-    run(go())
+    on_two_processes(engine, go, lease=0.2)
 
 
 def test_an_unreachable_store_raises_store_unavailable(tmp_path):
