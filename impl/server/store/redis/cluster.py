@@ -155,10 +155,16 @@ class ClusterStore(RedisStore):
         if slots.group_of_id(request_id) is None:
             return None  # not an id this store handed out
         record = await super().get(request_id)
+        if record is not None:
+            return record
+        # A miss may be a write the lost primary took with it: the read that missed followed
+        # the slot table to the new primary, so compare it now (the watch loop may be behind).
+        with contextlib.suppress(RedisError, RedisClusterException, OSError, StoreUnavailable):
+            await self._check_primaries()
         recent = self.failover_at is not None and time.monotonic() - self.failover_at < GRACE_S
-        if record is None and recent:
+        if recent:
             return Record(request_id, None, 1, UNKNOWN_OWNER)  # its writer writes it again
-        return record
+        return None
 
     async def _finish(self, record: Record, state: str, error: str, payload: Any) -> None:
         await super()._finish(record, state, error, payload)
