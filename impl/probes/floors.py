@@ -12,7 +12,8 @@ that stage can cost on this machine:
   fresh buffer (`bytearray(n)`: page faults and zeroing) and a fresh buffer copied once more to
   `bytes`;
 - decode: the decoder alone on the body (`--decode`, the picked one's default), from `bytes`
-  and from a `memoryview` of a kept buffer;
+  and from a `memoryview` of a kept buffer (`impl.server.offloop.buffers`: the compiled
+  decoders read it in place, the others copy it to bytes first);
 - encode: the encoder alone (`--encode`) on the decoded completion;
 - hand-over: the SampleResponse bytes through a Unix socket pair, received by an asyncio
   `StreamReader.readexactly` (what the server does) and by `recv_into` a kept buffer (floor);
@@ -37,6 +38,7 @@ from collections.abc import Callable
 
 from impl import registry
 from impl.measure import render_table
+from impl.server.offloop.buffers import BodyBuffers
 from impl.server.offloop.children import return_big_buffers, socket_pair
 from impl.server.offloop.decoding import DecodeJob, to_proto
 from impl.workloads.synthetic import body_for
@@ -156,8 +158,7 @@ def rows(tokens: int, rounds: int, decode: str, encode: str) -> list[tuple[objec
     decoder, encoder = registry.create("decode", decode), registry.create("encode", encode)
     job = DecodeJob(None, 1, 0, False)
     payload = to_proto(decoder, encoder, body, job)[0]
-    kept = bytearray(len(body))
-    kept_view = memoryview(kept)
+    kept_view = BodyBuffers().take(len(body))  # as a fetch process keeps it: a NUL follows
     kept_view[:] = body
 
     def fresh_copy() -> None:
