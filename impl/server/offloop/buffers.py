@@ -22,8 +22,8 @@ from __future__ import annotations
 
 #: buffers are sized in steps of this, so bodies of nearby sizes share them
 STEP = 1 << 20
-#: idle bytes one process keeps by default (two 212k-token vLLM bodies)
-KEEP_BYTES = 36 << 20
+#: idle bytes one process keeps by default (one 212k-token vLLM body)
+KEEP_BYTES = 18 << 20
 
 
 class BodyBuffers:

@@ -13,8 +13,11 @@ the server's process.
 
 A process holds many requests at once (generations take long; the process's loop waits on all of
 them), decodes one body at a time in its one decode thread (so with a decoder that releases the
-GIL its loop keeps completing other receives meanwhile) and drops the body and the decoded
-buffers once the proto bytes are written. Requests go to the process with the fewest in flight.
+GIL its loop keeps completing other receives meanwhile) and drops the decoded buffers once the
+proto bytes are written. Long bodies are read into receive buffers the process keeps from body
+to body (`impl.server.offloop.buffers`: no page faults, no copy to `bytes`); a body's buffer is
+taken back once its decode thread is done with it. Requests go to the process with the fewest
+in flight.
 The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-flight`):
 when a router answer's headers arrive, the process asks the server for its Content-Length (the
 pool contract's `admit`) and reads the body only once the server granted it; until then the body
