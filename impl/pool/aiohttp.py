@@ -22,7 +22,10 @@ heap) until the last arrives and joins them. With several 17 MB answers being re
 heap grows to hold them all and stays grown after they are freed (docs/measurements.md, the
 headline entry); a buffer of 1 MiB or more is its
 own mapping (`return_big_buffers`), each chunk is freed as soon as it is copied, and the heap
-stays small. It costs a second copy of the body (the `bytes` made from the buffer).
+stays small. It costs a second copy of the body (the `bytes` made from the buffer), unless the
+forwarder was given `buffers` (a fetch process's `impl.server.offloop.buffers.BodyBuffers`):
+then a long 200 answer is read into one of its kept buffers and `Reply.body` is a `memoryview`
+of it, which its reader gives back once done.
 """
 
 from __future__ import annotations
@@ -39,29 +42,42 @@ from impl.pool._common import Options, aiohttp_error, aiohttp_session
 LARGE_ANSWER = 1 << 20
 
 
-async def _read_into(content: aiohttp.StreamReader, length: int) -> bytes:
-    """The `length` bytes of an answer, chunk by chunk into one buffer; aiohttp raises
-    ClientPayloadError on a body that ends short, and one that runs long is refused here."""
+async def _read_into(
+    content: aiohttp.StreamReader, length: int, into: memoryview | None = None
+) -> memoryview | bytes:
+    """The `length` bytes of an answer, chunk by chunk into one buffer (`into`, a writable view
+    of `length` bytes, returned filled; without it, a new buffer copied to `bytes`); aiohttp
+    raises ClientPayloadError on a body that ends short, and one that runs long is refused."""
+    if into is not None:
+        await _fill(content, into, length)
+        return into
     buffer = bytearray(length)
-    view, at = memoryview(buffer), 0
+    view = memoryview(buffer)
     try:
-        async for chunk in content.iter_any():
-            end = at + len(chunk)
-            if end > length:
-                raise aiohttp.ClientPayloadError(f"more than its Content-Length {length} bytes")
-            view[at:end] = chunk
-            at = end
-        if at != length:
-            raise aiohttp.ClientPayloadError(f"{at} of its Content-Length {length} bytes")
+        await _fill(content, view, length)
     finally:
         view.release()
     return bytes(buffer)
+
+
+async def _fill(content: aiohttp.StreamReader, view: memoryview, length: int) -> None:
+    at = 0
+    async for chunk in content.iter_any():
+        end = at + len(chunk)
+        if end > length:
+            raise aiohttp.ClientPayloadError(f"more than its Content-Length {length} bytes")
+        view[at:end] = chunk
+        at = end
+    if at != length:
+        raise aiohttp.ClientPayloadError(f"{at} of its Content-Length {length} bytes")
 
 
 class AiohttpForwarder:
     def __init__(self, options: Options) -> None:
         self._options = options
         self._session: aiohttp.ClientSession | None = None
+        #: kept receive buffers for long 200 answers (module docstring); None: `bytes` bodies
+        self.buffers: Any = None
 
     async def post(
         self, url: str, body: bytes, headers: Mapping[str, str], admit: Admit | None = None
@@ -79,7 +95,15 @@ class AiohttpForwarder:
                     and length >= LARGE_ANSWER
                     and not response.headers.get("Content-Encoding")
                 ):
-                    data = await _read_into(response.content, length)
+                    into = None
+                    if self.buffers is not None and response.status == 200:
+                        into = self.buffers.take(length)
+                    try:
+                        data = await _read_into(response.content, length, into)
+                    except BaseException:
+                        if into is not None:
+                            self.buffers.give(into)
+                        raise
                 else:
                     data = await response.read()
                 return Reply(response.status, data, response.headers.get("Content-Type", ""))

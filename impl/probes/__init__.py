@@ -27,6 +27,9 @@ impl.probes.NAME`; its docstring says what it measures and how. The page quoting
   process, per pool implementation (docs/offloop.md).
 - `decode_builds`: the installed build of a compiled decoder against another build of it (an
   older commit's), side by side on every body kind (docs/native.md: comparing two builds).
+- `floors`: the CPU of each stage a long result goes through (receive, copy, decode, encode,
+  hand-over, serve) beside its floor on this machine (docs/offloop.md: where a long result's
+  CPU goes).
 - `machine_noise`: how far a fixed computation's time moves on this machine, beside a decode's,
   and how closely the two move together (docs/native.md: how noisy the machine is).
 """

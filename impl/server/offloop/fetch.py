@@ -13,8 +13,11 @@ the server's process.
 
 A process holds many requests at once (generations take long; the process's loop waits on all of
 them), decodes one body at a time in its one decode thread (so with a decoder that releases the
-GIL its loop keeps completing other receives meanwhile) and drops the body and the decoded
-buffers once the proto bytes are written. Requests go to the process with the fewest in flight.
+GIL its loop keeps completing other receives meanwhile) and drops the decoded buffers once the
+proto bytes are written. Long bodies are read into receive buffers the process keeps from body
+to body (`impl.server.offloop.buffers`: no page faults, no copy to `bytes`); a body's buffer is
+taken back once its decode thread is done with it. Requests go to the process with the fewest
+in flight.
 The server's `BodyBudget` still caps the body bytes held at once (`--max-body-bytes-in-flight`):
 when a router answer's headers arrive, the process asks the server for its Content-Length (the
 pool contract's `admit`) and reads the body only once the server granted it; until then the body
@@ -48,6 +51,7 @@ from typing import Any
 import orjson
 
 from impl.pool import Admit
+from impl.server.offloop.buffers import BodyBuffers
 from impl.server.offloop.children import (
     Child,
     ChildDied,
@@ -243,6 +247,7 @@ async def _job(parts: dict[str, Any], meta: bytes, request: bytes, admit: Admit)
     attempts = 0
     body_bytes = 0
     upstream_seconds = decode_seconds = encode_seconds = 0.0
+    kept: memoryview | None = None
 
     def attempt(number: int) -> None:
         nonlocal attempts
@@ -255,6 +260,8 @@ async def _job(parts: dict[str, Any], meta: bytes, request: bytes, admit: Admit)
         finally:
             upstream_seconds = time.perf_counter() - started
         body_bytes = len(reply.body)
+        if isinstance(reply.body, memoryview):
+            kept = reply.body  # a kept receive buffer (impl.server.offloop.buffers)
         body = upstream.body_of(reply)
         del reply
         job = DecodeJob(prompt_tokens, n, topk, include)
@@ -265,6 +272,9 @@ async def _job(parts: dict[str, Any], meta: bytes, request: bytes, admit: Admit)
         kind = b"o"
     except Exception as exc:  # UpstreamFailed, or a bug: fail the sample, keep the process
         payload, kind = failure_payload(exc), b"e"
+    # the decode thread is done with the body (a cancelled job skips this: it may still read)
+    if kept is not None:
+        parts["buffers"].give(kept)
     timings = (upstream_seconds, decode_seconds, encode_seconds)
     return kind, payload, body_bytes, attempts, timings
 
@@ -284,6 +294,9 @@ async def _serve(args: argparse.Namespace) -> int:
         # loop keeps completing the other bodies' receives meanwhile
         "decode_thread": ThreadPoolExecutor(1, thread_name_prefix="hotpath-fetch-decode"),
     }
+    parts["buffers"] = BodyBuffers()
+    if hasattr(parts["pool"], "buffers"):  # the pool reads long bodies into kept buffers
+        parts["pool"].buffers = parts["buffers"]
     channel = socket.socket(fileno=os.dup(0))
     reader, writer = await asyncio.open_unix_connection(sock=channel, limit=_READ_LIMIT)
     writer.write(_READY)

@@ -75,8 +75,10 @@ async def _outcome(runner: ForwardRunner, job: Job) -> bytes | str:
         return f"{exc.kind}: {exc}"
 
 
-def _runner(design: Decoding, url: str) -> ForwardRunner:
-    pool = registry.create("pool", POOL, max_connections=16, connect_timeout=5, read_timeout=30)
+def _runner(design: Decoding, url: str, pool_name: str = POOL) -> ForwardRunner:
+    pool = registry.create(
+        "pool", pool_name, max_connections=16, connect_timeout=5, read_timeout=30
+    )
     budget = BodyBudget(64 << 20)
     return ForwardRunner(pool=pool, decoding=design, store=None, url=url, budget=budget)  # type: ignore[arg-type]
 
@@ -125,6 +127,41 @@ def test_fetch_processes_give_what_the_loop_gives(upstream, name):
             assert fetched.budget.stats()["bytes"] == 0 and fetched.budget.holders == 0
             # 500-once and 500-always were retried once each, as by the loop's own forwards
             assert fetched.attempts == inline.attempts == len(jobs) + len(FAULTS) + 2
+        finally:
+            await fetched.aclose()
+            await inline.pool.aclose()
+
+    asyncio.run(run())
+
+
+def test_long_bodies_through_kept_buffers_give_what_the_loop_gives(upstream):
+    """Bodies of 1 MiB and more, read by aiohttp into the fetch processes' kept buffers: the
+    same bytes as the loop's, round after round (a reused buffer held an earlier body); a body
+    cut short or closed mid-way fails alone, with the loop's message, and loses nothing else."""
+    name = "json" if registry.unavailable_reason("decode", "onepass_nogil") else "onepass_nogil"
+    decoder = registry.create("decode", name)  # a compiled one reads the buffers in place
+    encoder = registry.create("encode", "wire")
+    url = upstream.url + "/v1/completions"
+    long = [_job(1, 30000, None, seed, PROMPT) for seed in (21, 22, 23)]
+    broken = [_job(1, 30000, None, s, PROMPT) for s in (fake.SEED_TRUNCATED, fake.SEED_CLOSE)]
+
+    async def run() -> None:
+        fetch = offloop.create(
+            "fetch", decoder=decoder, encoder=encoder, decoder_name=name, encoder_name="wire",
+            count=1, min_bytes=0, pool_name="aiohttp",
+            pool_options={"max_connections": 8, "connect_timeout": 5, "read_timeout": 30},
+        )  # fmt: skip
+        await fetch.start()
+        inline = _runner(offloop.Inline(decoder, encoder), url, "aiohttp")  # the same messages
+        fetched = _runner(fetch, url)
+        try:
+            want = [await _outcome(inline, job) for job in (*long, *broken)]
+            assert all(isinstance(w, bytes) and len(w) > 0 for w in want[: len(long)])
+            for _ in range(2):
+                got = await asyncio.gather(*(_outcome(fetched, job) for job in (*long, *broken)))
+                assert got == want
+                assert [await _outcome(fetched, job) for job in long] == want[: len(long)]
+            assert fetched.budget.stats()["bytes"] == 0 and fetched.budget.holders == 0
         finally:
             await fetched.aclose()
             await inline.pool.aclose()

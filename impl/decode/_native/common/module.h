@@ -53,17 +53,50 @@ PyObject* to_python(const Result& result) {
                        as_buffer(result.topk_ids), as_buffer(result.topk_lps));
 }
 
+// The body's bytes for the walk, which reads the byte at `len` (a NUL no rule accepts): a bytes
+// object's own (its NUL), or the first `length` bytes of a bytearray whose byte at `length` is a
+// NUL (a kept receive buffer read in place, without the copy to bytes); held in `view`.
+bool body_of(PyObject* body, Py_ssize_t length, Py_buffer* view, Request& rq) {
+  if (PyBytes_Check(body)) {
+    rq.body = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(body));
+    rq.len = static_cast<size_t>(PyBytes_GET_SIZE(body));
+    return true;
+  }
+  if (!PyByteArray_Check(body) || length < 0) {
+    PyErr_SetString(PyExc_TypeError, "body must be bytes, or a bytearray with a length");
+    return false;
+  }
+  if (PyObject_GetBuffer(body, view, PyBUF_SIMPLE) != 0) return false;
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(view->buf);
+  if (length >= view->len || data[length] != 0) {
+    PyBuffer_Release(view);
+    view->obj = nullptr;
+    PyErr_SetString(PyExc_ValueError, "the bytearray must hold a NUL at the body's length");
+    return false;
+  }
+  rq.body = data;
+  rq.len = static_cast<size_t>(length);
+  return true;
+}
+
 PyObject* py_decode(PyObject*, PyObject* args) {
   PyObject* body;
   PyObject* prompt_tokens;
   long long k, max_depth, max_int_digits;
-  if (!PyArg_ParseTuple(args, "SOLLL:decode", &body, &prompt_tokens, &k, &max_depth,
-                        &max_int_digits)) {
+  Py_ssize_t length = -1;
+  if (!PyArg_ParseTuple(args, "OOLLL|n:decode", &body, &prompt_tokens, &k, &max_depth,
+                        &max_int_digits, &length)) {
     return nullptr;
   }
   Request rq{};
-  rq.body = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(body));
-  rq.len = static_cast<size_t>(PyBytes_GET_SIZE(body));
+  Py_buffer view{};
+  if (!body_of(body, length, &view, rq)) return nullptr;
+  struct Held {  // the bytearray stays pinned (not resizable) until the call returns
+    Py_buffer* view;
+    ~Held() {
+      if (view->obj != nullptr) PyBuffer_Release(view);
+    }
+  } held{&view};
   rq.k = k;
   rq.max_depth = max_depth > 0 ? static_cast<size_t>(max_depth) : 1;
   rq.max_int_digits = max_int_digits > 0 ? static_cast<size_t>(max_int_digits) : 1;
@@ -135,7 +168,7 @@ PyObject* create_module(PyModuleDef& def, const char* name, const char* doc) {
   if (PyType_Ready(&OutputBufferType) < 0) return nullptr;
   PyObject* m = PyModule_Create(&def);
   if (m == nullptr) return nullptr;
-  if (PyModule_AddIntConstant(m, "API_VERSION", 6) < 0 ||
+  if (PyModule_AddIntConstant(m, "API_VERSION", 7) < 0 ||
       PyModule_AddObjectRef(m, "SANITIZED", kSanitized ? Py_True : Py_False) < 0) {
     Py_DECREF(m);
     return nullptr;
