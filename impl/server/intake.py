@@ -28,6 +28,8 @@ import asyncio
 import time
 from collections import deque
 
+from impl._figures import figures
+
 #: seconds after a poll or a fetch during which asamples are bounded per turn
 CONTENDED = 0.25
 
@@ -103,11 +105,12 @@ class Intake:
             self._arm()
 
     def stats(self) -> dict[str, int]:
-        return {
-            "per_turn": self.per_turn,
-            "admitted": self.admitted,
-            "deferred": self.deferred,
-            "turns": self.turns,
-            "waiting": len(self.waiting),
-            "peak_waiting": self.peak_waiting,
-        }
+        return figures(
+            self,
+            "per_turn",
+            "admitted",
+            "deferred",
+            "turns",
+            "peak_waiting",
+            waiting=len(self.waiting),
+        )

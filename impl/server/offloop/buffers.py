@@ -20,6 +20,8 @@ new one, so the body budget (`--max-body-bytes-in-flight`) still bounds what is 
 
 from __future__ import annotations
 
+from impl._figures import figures
+
 #: buffers are sized in steps of this, so bodies of nearby sizes share them
 STEP = 1 << 20
 #: idle bytes one process keeps by default (one 212k-token vLLM body)
@@ -76,10 +78,4 @@ class BodyBuffers:
             self._idle.pop()  # the largest goes first
 
     def stats(self) -> dict[str, int]:
-        return {
-            "made": self.made,
-            "taken": self.taken,
-            "reused": self.reused,
-            "pinned": self.pinned,
-            "idle_bytes": self.idle_bytes(),
-        }
+        return figures(self, "made", "taken", "reused", "pinned", idle_bytes=self.idle_bytes())

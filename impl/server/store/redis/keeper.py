@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any
 
+from impl._figures import figures
 from impl.server.store.redis import embedded
 
 log = logging.getLogger("hotpath.server")
@@ -159,13 +160,7 @@ class Keeper:
         self.state = state
 
     def status(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "pid": self.pid,
-            "restarts": self.restarts,
-            "last_exit": self.last_exit,
-            "error": self.error,
-        }
+        return figures(self, "state", "pid", "restarts", "last_exit", "error")
 
     def stop(self) -> None:
         """Stop redis-server (SIGTERM by PID) and the keeper; the private dir goes too."""
