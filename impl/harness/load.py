@@ -391,19 +391,11 @@ def _run(args: argparse.Namespace) -> int:
     from impl.measure import environment
 
     scenario = scenario_from_args(args)
-    common = dict(
-        url=args.url,
-        router_url=args.router_url,
-        server_pid=args.server_pid,
-        client=args.client,
-        seed=args.seed,
-        verify=args.verify,
-        tries=args.tries,
-        backoff_base=args.backoff_base,
-        warmup=args.warmup,
-        settle_seconds=args.settle_seconds,
-        progress_bar=not args.no_progress,
-    )
+    # the flags run_scenario takes as they are, by their own names
+    passed = ("url", "router_url", "server_pid", "client", "seed", "verify", "tries")
+    passed += ("backoff_base", "warmup", "settle_seconds")
+    common = {name: getattr(args, name) for name in passed}
+    common["progress_bar"] = not args.no_progress
     if (args.compare or args.kill_one_at) and args.url:
         print(
             "--compare and --kill-one-at start their own servers; not with --url", file=sys.stderr
