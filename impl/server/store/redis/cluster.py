@@ -22,8 +22,9 @@ the routes, scripts and rules are RedisStore's. What differs:
   missing on the promoted replica. Each process keeps what it wrote (the record's job) until
   a `WAIT` on that node says a replica has it; when a group's primary changes, it checks those
   records on the new primary and writes missing ones again (pending, the same request id) and
-  forwards again those whose forward had finished (`reforwards` on /healthz); before its
-  calls resume it moves those groups' session logs on, so no cursor the lost primary handed
+  forwards again those whose forward had finished (`reforwards` on /healthz); it compares
+  each group's primary after every read of the slot table and, its calls held until then,
+  moves those groups' session logs on, so no cursor the lost primary handed
   out hides a later completion. Within GRACE_S of a failover a poll of a missing record
   answers pending, not 404, and a session poll of an unknown cursor nothing yet, not 410. With
   `--store-ack-replicas N`, a create, a finish and a session poll answer only once N replicas
@@ -110,6 +111,7 @@ class ClusterStore(RedisStore):
     def _clients(self, url: str, connections: int) -> tuple[Any, Any]:
         client = _cluster_client(url, connections, 30.0)
         self.topology = Topology(client, connections)
+        self.topology.on_refresh = self._check_primaries
         return client, _cluster_client(url, 4, 5.0)
 
     def _pipeline(self, texts: dict[str, str]) -> ClusterPipeline:
@@ -171,10 +173,14 @@ class ClusterStore(RedisStore):
         if not self.ack_replicas:
             self.recovery.finished(record)
 
-    def cursors_in_doubt(self) -> bool:
+    async def cursor_in_doubt(self) -> bool:
         """While the store is away, or within GRACE_S of a failover, an unknown cursor may be
         one the lost primary handed out, valid again once the logs are moved on (recovery.py):
-        its poll answers nothing yet rather than 410."""
+        its poll answers nothing yet rather than 410. The read that found it unknown may have
+        followed a new slot table to a new primary: compared first (as `get` does)."""
+        with contextlib.suppress(RedisError, RedisClusterException, OSError, StoreUnavailable):
+            await self._check_primaries()
+            await self.topology.settled()
         recent = self.failover_at is not None and time.monotonic() - self.failover_at < GRACE_S
         return recent or self.health.away is not None
 
@@ -213,8 +219,7 @@ class ClusterStore(RedisStore):
         """Every primary answers again: read the slot table, and recover what a failover
         lost before calls resume."""
         with contextlib.suppress(RedisError, RedisClusterException, OSError):
-            await self.topology.refresh()
-            await self._check_primaries()
+            await self.topology.refresh()  # and compares each group's primary
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()
@@ -231,7 +236,9 @@ class ClusterStore(RedisStore):
 
     # -- topology ----------------------------------------------------------------------------
     def _group_primaries(self) -> dict[int, str]:
-        found = {}
+        """Each group's primary in the slot table; a group it does not cover (read mid-failover)
+        keeps the primary last seen, so that its replacement still counts as a move."""
+        found = dict(self.primaries)
         for group, slot in enumerate(slots.SLOTS):
             with contextlib.suppress(Exception):
                 found[group] = self.topology.primary(slot).name
@@ -239,7 +246,9 @@ class ClusterStore(RedisStore):
 
     async def _check_primaries(self) -> None:
         """Compare each group's primary with the last seen: moved groups are recovered, and the
-        subscriptions made again."""
+        subscriptions made again. Runs after every read of the slot table (the pipeline's too:
+        a call that met a dead node reads it), and holds every call of this process until the
+        moved groups' session logs are moved on."""
         now = self._group_primaries()
         moved = [g for g, name in now.items() if self.primaries.get(g) not in (None, name)]
         changed = now != self.primaries
@@ -251,10 +260,14 @@ class ClusterStore(RedisStore):
                 "process's writes there",
                 moved,
             )
+            hold = self.topology.hold()
             try:  # before calls resume: a cursor the lost primary handed out stays valid
                 await self.recovery.renumber(moved)
             except (RedisError, RedisClusterException, OSError, StoreUnavailable):
                 self.health.count("renumber")
+            finally:
+                if not hold.done():
+                    hold.set_result(None)
             # after the calls resume (this may run while the store is still called away)
             task = asyncio.get_running_loop().create_task(self._recover(moved))
             self._tasks.append(task)
@@ -277,8 +290,7 @@ class ClusterStore(RedisStore):
             if self.health.away is not None:
                 continue
             try:
-                await self.topology.refresh()
-                await self._check_primaries()
+                await self.topology.refresh()  # and compares each group's primary
             except (RedisError, RedisClusterException, OSError):  # mid-failover: next round
                 self.health.count("slot_table")
 

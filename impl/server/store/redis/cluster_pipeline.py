@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.crc import key_slot
@@ -51,6 +52,11 @@ class Topology:
         self._refreshing: asyncio.Task[None] | None = None
         #: how many times the slot table was read again
         self.refreshes = 0
+        #: run after every read of the slot table, before its readers go on (the store's
+        #: comparison of each group's primary, and its recovery of what moved)
+        self.on_refresh: Callable[[], Awaitable[None]] | None = None
+        #: while set, no call is sent: a moved group's session logs are being moved on
+        self._hold: asyncio.Future[None] | None = None
 
     def primary(self, slot: int) -> Any:
         return self.cluster.nodes_manager.get_node_from_slot(slot)
@@ -78,6 +84,19 @@ class Topology:
     async def _refresh(self) -> None:
         self.refreshes += 1
         await self.cluster.nodes_manager.initialize()
+        if self.on_refresh is not None:
+            await self.on_refresh()
+
+    def hold(self) -> asyncio.Future[None]:
+        """Hold every call until the returned future is resolved (`settled` waits for it)."""
+        if self._hold is None or self._hold.done():
+            self._hold = asyncio.get_running_loop().create_future()
+        return self._hold
+
+    async def settled(self) -> None:
+        """Wait while calls are held."""
+        while self._hold is not None and not self._hold.done():
+            await asyncio.shield(self._hold)
 
     async def aclose(self) -> None:
         for client in self.nodes.values():
@@ -117,6 +136,7 @@ class ClusterPipeline(AutoPipeline):
         replies: list[Any] = [None] * len(commands)
         todo = [(i, None) for i in range(len(commands))]  # (index, ASK target or None)
         for attempt in range(REDIRECTS):
+            await self.topology.settled()
             by_node: dict[tuple[str, int], list[tuple[int, bool]]] = {}
             for i, ask in todo:
                 if ask is not None:

@@ -200,7 +200,7 @@ class RedisSessionLogs:
                     ],
                 )
                 if found == -1:
-                    if not self.store.cursors_in_doubt():
+                    if not await self.store.cursor_in_doubt():
                         return None
                     found = [0]  # maybe one a lost primary handed out: nothing yet
                 if found[0] == 2:  # {2, new cursor, entries...}: the last is at the cursor

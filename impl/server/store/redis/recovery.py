@@ -16,7 +16,8 @@ group's primary changes are checked on the new primary (`check`):
 - pending though this process had finished it (the finish was the lost write): forwarded again.
 
 Before any call resumes, every process moves on the session logs of the groups whose primary
-changed (`renumber`, from ClusterStore's return from the outage): a poll answered by the lost
+changed (`renumber`, from ClusterStore's comparison after every read of the slot table, its
+calls held meanwhile): a poll answered by the lost
 primary may hold a cursor past the new primary's log head, where later finishes would land and
 be taken as seen (or the cursor is unknown there: 410). Each log's heads move LOG_ROOM
 positions on (their entries with them), past every position the lost primary can have handed
@@ -201,10 +202,13 @@ class Recovery:
             client = store.topology.client(host, int(port))
             match = store.spaces[group].meta("*")
             keys = [key async for key in client.scan_iter(match=match, count=1000)]
-            moved = await asyncio.gather(
-                *(store.pipe.script("renumber", [key.decode()], [LOG_ROOM]) for key in keys),
-                return_exceptions=True,
-            )
+            if not keys:
+                continue
+            # on the node's own connection, not the store's pipeline: calls are held meanwhile
+            async with client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.eval(RENUMBER, 1, key, LOG_ROOM)
+                moved = await pipe.execute(raise_on_error=False)
             self.renumbered += sum(1 for m in moved if not isinstance(m, BaseException))
 
     async def forward_again(self, request_id: str, entry: Written) -> None:

@@ -382,7 +382,7 @@ class RedisStore(SessionPolling, StoreBackground):
         record.state = state
         self._wake(record.request_id)
 
-    def cursors_in_doubt(self) -> bool:
+    async def cursor_in_doubt(self) -> bool:
         """Whether a session-log cursor this store does not know may yet become valid (a
         cluster's failover: cluster.py); one engine: never."""
         return False
