@@ -17,6 +17,9 @@ LOSS_WINDOW_S, and is then killed. The promoted replica lacks every write of tha
 server must find the records missing, write them again and forward again those it had finished
 (`rewritten` and `reforwards` > 0). With `--store-ack-replicas 1` the same fault loses nothing
 that was answered: the writes of the window wait for a replica, answer 503 and are retried.
+Their records stay on the cut-off primary, so a takeover there may forward them; a forward that
+finishes after the failover writes its record again (`rewritten`, under the caller who asked,
+whose retried asample then finds it), but no sample is forwarded again.
 """
 
 from __future__ import annotations
@@ -221,7 +224,9 @@ def test_with_acks_from_a_replica_a_cut_off_primary_loses_nothing_to_forward_aga
     )  # fmt: skip
     assert figures["unreplicated_bytes"] > 0, figures
     assert figures["waits_one_process"], figures
-    assert not figures["reforwards"] and not figures["rewritten"], figures
+    # `rewritten` may be > 0: records whose creates answered 503, taken over and finished
+    # after the failover (the module's docstring); none answered was lost, none forwarded twice
+    assert not figures["reforwards"], figures
 
 
 def test_a_killed_replica_loses_nothing(cluster, tmp_path):

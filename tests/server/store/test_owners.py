@@ -136,6 +136,7 @@ def test_a_taken_over_record_keeps_its_owner_and_its_count(engine):
         assert await b.take_over() == 1
         ((rec,),) = [taken]
         assert rec.request_id == record.request_id
+        assert rec.owner == "carol"  # a finish that writes it again keeps it carol's
         await b.complete(rec, b"done")
         seen = await b.get(record.request_id)
         assert seen.owner == "carol" and seen.payload == b"done"

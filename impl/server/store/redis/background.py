@@ -152,13 +152,15 @@ class StoreBackground:
     async def _take(self, space: Space, request_id: str) -> None:
         """Forward claimed `request_id` here, or drop it from the pending set if it finished."""
         call = self._control_call
-        state, n, key, body, options = await call(
-            "HMGET", space.record(request_id), "s", "n", "k", "jb", "jm"
+        state, n, key, body, options, owner = await call(
+            "HMGET", space.record(request_id), "s", "n", "k", "jb", "jm", "o"
         )
         if state != b"pending" or body is None:  # finished meanwhile, or expired
             await call("ZREM", space.pending, request_id)
             return
-        record = Record(request_id, unkey(key), int(n))
+        # its owner too: a finish that must write the record again (a failover lost it)
+        # writes it under the caller who asked, whose polls would otherwise get 404
+        record = Record(request_id, unkey(key), int(n), owner.decode() if owner else "")
         self.owned.add(request_id)
         log.warning("taking over %s: its owner's lease lapsed", request_id)
         if self.on_takeover is not None:

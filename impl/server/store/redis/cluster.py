@@ -24,9 +24,9 @@ the routes, scripts and rules are RedisStore's. What differs:
   records on the new primary and writes missing ones again (pending, the same request id) and
   forwards again those whose forward had finished (`reforwards` on /healthz); it compares
   each group's primary after every read of the slot table and, its calls held until then,
-  moves those groups' session logs on, so no cursor the lost primary handed
-  out hides a later completion. Within GRACE_S of a failover a poll of a missing record
-  answers pending, not 404, and a session poll of an unknown cursor nothing yet, not 410. With
+  moves those groups' session logs on, so no cursor the lost primary handed out hides a
+  later completion. Within GRACE_S of a failover a poll of a missing record answers pending,
+  not 404, and a session poll of an unknown cursor nothing yet, not 410. With
   `--store-ack-replicas N`, a create, a finish and a session poll answer only once N replicas
   have what they wrote or read (`WAIT N`), so there is nothing to recover.
 """
@@ -50,7 +50,7 @@ from impl.server.store.redis.cluster_health import ClusterHealth
 from impl.server.store.redis.cluster_pipeline import ClusterPipeline, Topology
 from impl.server.store.redis.health import StoreHealth
 from impl.server.store.redis.keys import Space
-from impl.server.store.redis.recovery import RENUMBER, Recovery
+from impl.server.store.redis.recovery import Recovery
 from impl.server.store.redis.scripts import BUCKET_S, guard, now_ms
 from impl.server.store.redis.store import RedisStore
 
@@ -115,7 +115,7 @@ class ClusterStore(RedisStore):
         return client, _cluster_client(url, 4, 5.0)
 
     def _pipeline(self, texts: dict[str, str]) -> ClusterPipeline:
-        texts = {**texts, "finish": _sharded(texts["finish"]), "renumber": RENUMBER}
+        texts = {**texts, "finish": _sharded(texts["finish"])}
         self.control_pipe = ClusterPipeline(self.topology, {"claim": lua.CLAIM})
         return ClusterPipeline(
             self.topology,

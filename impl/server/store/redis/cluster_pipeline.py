@@ -208,7 +208,7 @@ class ClusterPipeline(AutoPipeline):
                 error = StoreUnavailable(
                     f"the shared store's node {address[0]}:{address[1]} had the write confirmed "
                     f"by {confirmed} of {self.ack_replicas} replicas within "
-                    f"{self.ack_timeout_ms} ms; retry later"
+                    f"{self.ack_timeout_ms} ms"
                 )
                 out = [
                     error

@@ -17,13 +17,12 @@ group's primary changes are checked on the new primary (`check`):
 
 Before any call resumes, every process moves on the session logs of the groups whose primary
 changed (`renumber`, from ClusterStore's comparison after every read of the slot table, its
-calls held meanwhile): a poll answered by the lost
-primary may hold a cursor past the new primary's log head, where later finishes would land and
-be taken as seen (or the cursor is unknown there: 410). Each log's heads move LOG_ROOM
-positions on (their entries with them), past every position the lost primary can have handed
-out; a client's cursor then lies before them, and its next poll reports them (some a second
-time, which a poller ignores). Positions only move up, so a second process's move loses
-nothing either.
+calls held meanwhile): a poll answered by the lost primary may hold a cursor past the new
+primary's log head, where later finishes would land and be taken as seen (or the cursor is
+unknown there: 410). Each log's heads move LOG_ROOM positions on (their entries with them),
+past every position the lost primary can have handed out; a client's cursor then lies before
+them, and its next poll reports them (some a second time, which a poller ignores). Positions
+only move up, so a second process's move loses nothing either.
 
 A finish that finds no record (`-2` from FINISH: its create was lost) writes the record again
 and finishes it. What this cannot bring back: a record whose writer died with the primary (the
@@ -204,7 +203,8 @@ class Recovery:
             keys = [key async for key in client.scan_iter(match=match, count=1000)]
             if not keys:
                 continue
-            # on the node's own connection, not the store's pipeline: calls are held meanwhile
+            # on the node's own connection, not the store's pipeline (its calls are held
+            # meanwhile); EVAL, not EVALSHA: a promoted replica may not have the script cached
             async with client.pipeline(transaction=False) as pipe:
                 for key in keys:
                     pipe.eval(RENUMBER, 1, key, LOG_ROOM)
